@@ -24,8 +24,7 @@ def _cupy() -> Any:
         import cupy  # type: ignore[import-not-found]
     except ImportError as exc:
         raise CudaUnavailableError(
-            "CUDA shared memory needs cupy (pip install cupy-cuda12x) and a CUDA device; "
-            "cupy is not installed"
+            "CUDA shared memory needs cupy (pip install cupy-cuda12x) and a CUDA device; cupy is not installed"
         ) from exc
     try:
         count = cupy.cuda.runtime.getDeviceCount()
@@ -59,9 +58,7 @@ def allocation_size(ptr: int) -> int | None:
 class CudaRegion:
     """A device buffer shared between processes through a cudaIpcMemHandle_t."""
 
-    def __init__(
-        self, cupy: Any, memory: Any, ptr: int, byte_size: int, device_id: int, opened: bool
-    ) -> None:
+    def __init__(self, cupy: Any, memory: Any, ptr: int, byte_size: int, device_id: int, opened: bool) -> None:
         """Wrap a device allocation; use create() or open() instead of calling this directly."""
         self._cupy = cupy
         self._memory = memory

@@ -58,9 +58,7 @@ class _Entry:
 
     __slots__ = ("device", "refs", "registered", "resolved", "system")
 
-    def __init__(
-        self, resolved: ResolvedRegion, system: SystemRegion | None, device: DeviceRegion | None
-    ) -> None:
+    def __init__(self, resolved: ResolvedRegion, system: SystemRegion | None, device: DeviceRegion | None) -> None:
         self.resolved = resolved  # the whole registered window
         self.system = system
         self.device = device
@@ -105,9 +103,7 @@ class SharedMemoryRegistry:
                 f"cannot register shared memory region '{name}' with key '{key}' as the key contains "
                 f"the reserved prefix '{RESERVED_KEY_PREFIX}'",
             )
-        invalid_args = ShmError(
-            "INVALID_ARG", f"failed to register shared memory region '{name}': invalid args"
-        )
+        invalid_args = ShmError("INVALID_ARG", f"failed to register shared memory region '{name}': invalid args")
         if offset < 0 or byte_size < 0:
             raise invalid_args
         with self._lock:
@@ -150,9 +146,7 @@ class SharedMemoryRegistry:
                     "INVALID_ARG", f"failed to register shared memory region '{name}': invalid args"
                 ) from None
             except Exception:
-                raise ShmError(
-                    "INVALID_ARG", "failed to register shared memory region: invalid args"
-                ) from None
+                raise ShmError("INVALID_ARG", "failed to register shared memory region: invalid args") from None
             region_id = next(self._ids)
             resolved = ResolvedRegion(name, "cuda", "", 0, byte_size, device_id, bytes(raw_handle), region_id)
             self._add(_Entry(resolved, None, device))
@@ -258,9 +252,7 @@ class SharedMemoryRegistry:
         with self._lock:
             entry = self._by_id.get(resolved.region_id)
             if entry is None or entry.refs == 0:
-                raise ShmError(
-                    "INTERNAL", f"shared memory region '{resolved.name}' released more often than acquired"
-                )
+                raise ShmError("INTERNAL", f"shared memory region '{resolved.name}' released more often than acquired")
             entry.refs -= 1
             if entry.refs == 0 and not entry.registered:
                 self._retire(entry)

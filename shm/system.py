@@ -116,9 +116,7 @@ class SystemRegion:
         return cls(key, mapping, 0, 0, byte_size, owner=True)
 
     @classmethod
-    def open(
-        cls, key: str, offset: int = 0, byte_size: int | None = None, writable: bool = True
-    ) -> SystemRegion:
+    def open(cls, key: str, offset: int = 0, byte_size: int | None = None, writable: bool = True) -> SystemRegion:
         """Map `byte_size` bytes (default: to the end) of an existing segment starting at any `offset`.
 
         Raises FileNotFoundError / PermissionError when the segment cannot be opened, ValueError when the

@@ -1,0 +1,37 @@
+"""CLI entry point: `trireme serve --model-repository DIR ...` (also `python -m service ...`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+# glibc returns every >128 KiB allocation to the OS at once, so each MiB-sized protobuf field costs page faults
+# on every request (PERF-NOTES.md: ~2x at 1 MiB). Raise the thresholds unless the user set them.
+MALLOC_DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": "67108864", "MALLOC_TRIM_THRESHOLD_": "536870912"}
+
+
+def _reexec_with_malloc_tuning() -> None:
+    if os.environ.get("TRIREME_NO_MALLOC_TUNING") or all(k in os.environ for k in MALLOC_DEFAULTS):
+        return
+    env = dict(os.environ)
+    for k, v in MALLOC_DEFAULTS.items():
+        env.setdefault(k, v)
+    os.execve(sys.executable, [sys.executable, "-m", "service", *sys.argv[1:]], env)
+
+
+def main() -> None:
+    """Parse flags and run the server until SIGINT/SIGTERM."""
+    _reexec_with_malloc_tuning()
+    from service.config import parse_args
+    from service.server import run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = parse_args(sys.argv[1:])
+    if config.log_verbose:
+        logging.getLogger().setLevel(logging.DEBUG)
+    sys.exit(run(config))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""The inference façade both frontends call: infer, stream submission, metadata, config, readiness, stats."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from protos import model_config_pb2 as mc
+from service import __version__
+from service.core.repository import READY, ModelRepository, ModelVersion
+from service.core.stats import ModelStats
+from service.core.validation import validate_request
+from service.errors import ErrorCode, ServiceError
+from service.types import InferRequest, InferResponse, ResponseCallback, ShmRef
+
+SERVER_NAME = "triton"  # clients (and perf_analyzer) expect Triton's name
+EXTENSIONS = [
+    "classification",
+    "sequence",
+    "model_repository",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+]
+
+
+@dataclass(slots=True)
+class TensorMetadata:
+    """name, datatype and shape (with -1 batch dim when batching)."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+@dataclass(slots=True)
+class ModelMetadata:
+    """What ModelMetadata returns."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+@dataclass(slots=True)
+class IndexEntry:
+    """One RepositoryIndex row (version/state/reason empty when unknown)."""
+
+    name: str
+    version: str = ""
+    state: str = ""
+    reason: str = ""
+
+
+class Engine:
+    """Everything a frontend may ask of the server, with no knowledge of gRPC or HTTP."""
+
+    def __init__(self, repository: ModelRepository, shm_registry: Any = None, strict_readiness: bool = True) -> None:
+        self.repository = repository
+        self.shm_registry = shm_registry
+        self.strict_readiness = strict_readiness
+        self.live = True
+        self.accepting = True
+
+    # ---- health and metadata ----------------------------------------------------------------------------
+    def server_ready(self) -> bool:
+        """Ready when accepting and (strict) every model version that should be loaded is READY."""
+        if not self.live or not self.accepting:
+            return False
+        if not self.strict_readiness:
+            return True
+        for entry in self.repository.models.values():
+            if entry.error and entry.state != "":
+                return False
+            for mv in entry.versions.values():
+                if mv.reason != "unloaded" and not mv.ready:
+                    return False
+        return True
+
+    def server_metadata(self) -> tuple[str, str, list[str]]:
+        """(name, version, extensions)."""
+        return SERVER_NAME, __version__, list(EXTENSIONS)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """True if that version (or some version) is ready; NOT_FOUND for unknown models."""
+        entry = self.repository.models.get(name)
+        if entry is None:
+            raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
+        try:
+            return self.repository.get(name, version).ready
+        except ServiceError as e:
+            if e.code == ErrorCode.INVALID_ARG:
+                raise
+            return False
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        """Inputs/outputs with batch dims, versions, platform."""
+        mv = self.repository.get(name, version)
+        config = mv.config
+        batch = [-1] if config.max_batch_size > 0 else []
+        entry = self.repository.models[name]
+        versions = [version] if version else [str(v) for v, m in sorted(entry.versions.items()) if m.state == READY]
+
+        def meta(t: Any) -> TensorMetadata:
+            dt = mc.DataType.Name(t.data_type)[5:]
+            return TensorMetadata(t.name, "BYTES" if dt == "STRING" else dt, batch + list(t.dims))
+
+        return ModelMetadata(
+            name,
+            versions,
+            config.platform or config.backend,
+            [meta(t) for t in config.input],
+            [meta(t) for t in config.output],
+        )
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        """The normalized config."""
+        return self.repository.get(name, version).config
+
+    def statistics(self, name: str = "", version: str = "") -> list[tuple[str, str, ModelStats]]:
+        """(name, version, stats) for one model/version or every READY one."""
+        if not name:
+            return [
+                (e.name, str(v), mv.stats)
+                for e in sorted(self.repository.models.values(), key=lambda e: e.name)
+                for v, mv in sorted(e.versions.items())
+                if mv.state == READY
+            ]
+        entry = self.repository.models.get(name)
+        ready = {v: mv for v, mv in (entry.versions.items() if entry else []) if mv.state == READY}
+        if not ready:
+            raise ServiceError(ErrorCode.INVALID_ARG, f"requested model '{name}' is not available")
+        if version:
+            mv = ready.get(int(version)) if version.isdigit() else None
+            if mv is None:
+                raise ServiceError(
+                    ErrorCode.INVALID_ARG, f"requested model version is not available for model '{name}'"
+                )
+            return [(name, version, mv.stats)]
+        return [(name, str(v), mv.stats) for v, mv in sorted(ready.items())]
+
+    def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
+        """One row per (model, version) known, or just the name for never-loaded models."""
+        rows = []
+        for entry in sorted(self.repository.models.values(), key=lambda e: e.name):
+            if entry.error and not entry.versions:
+                if not ready_only:
+                    rows.append(IndexEntry(entry.name, "", "UNAVAILABLE", entry.error))
+                continue
+            if not entry.versions:
+                if not ready_only:
+                    rows.append(IndexEntry(entry.name))
+                continue
+            for v, mv in sorted(entry.versions.items()):
+                if ready_only and mv.state != READY:
+                    continue
+                rows.append(IndexEntry(entry.name, str(v), mv.state, mv.reason))
+        return rows
+
+    # ---- inference ----------------------------------------------------------------------------------------
+    def prepare(self, request: InferRequest) -> ModelVersion:
+        """Find the model version, resolve shared-memory references and validate; raises ServiceError."""
+        if not self.accepting:
+            raise ServiceError(ErrorCode.UNAVAILABLE, "Server is not accepting new inference requests (shutting down)")
+        mv = self.repository.get(request.model_name, request.model_version)
+        request.model_version = str(mv.version)
+        if self.shm_registry is not None:
+            self._resolve_shm(request)
+        assert mv.signature is not None
+        validate_request(request, mv.signature)
+        request.arrival_ns = time.monotonic_ns()
+        return mv
+
+    def _resolve_shm(self, request: InferRequest) -> None:
+        for t in request.inputs:
+            if t.shm is not None and not t.shm.kind:
+                t.shm = self._resolve(t.shm)
+        for o in request.outputs:
+            if o.shm is not None and not o.shm.kind:
+                o.shm = self._resolve(o.shm)
+
+    def _resolve(self, ref: ShmRef) -> ShmRef:
+        from shm.errors import ShmError
+
+        try:
+            r = self.shm_registry.resolve(ref.region, ref.offset, ref.byte_size)
+        except ShmError as e:
+            raise ServiceError(ErrorCode[e.code], e.message) from None
+        return ShmRef(r.name, r.kind, r.key, r.offset, r.byte_size, r.device_id, r.raw_handle)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Run one request to completion (non-decoupled models)."""
+        mv = self.prepare(request)
+        if mv.decoupled:
+            raise ServiceError(
+                ErrorCode.UNSUPPORTED,
+                "ModelInfer RPC doesn't support models with decoupled transaction policy",
+            )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[InferResponse] = loop.create_future()
+
+        def on_response(response: InferResponse) -> None:
+            if response.final and not future.done():
+                future.set_result(response)
+
+        request.on_response = on_response
+        assert mv.scheduler is not None
+        mv.scheduler.enqueue(request)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            request.cancelled = True
+            mv.scheduler.cancel(request)
+            raise
+
+    def submit(self, request: InferRequest, on_response: ResponseCallback) -> ModelVersion:
+        """Start a request whose responses (one, or many for decoupled models) go to on_response."""
+        mv = self.prepare(request)
+        request.on_response = on_response
+        assert mv.scheduler is not None
+        mv.scheduler.enqueue(request)
+        return mv
+
+    def cancel(self, request: InferRequest, mv: ModelVersion) -> None:
+        """The client gave up on a submitted request."""
+        request.cancelled = True
+        if mv.scheduler is not None:
+            mv.scheduler.cancel(request)

@@ -1,0 +1,201 @@
+"""Scheduler interface and the shared machinery: instance dispatch, per-request tracking, statistics.
+
+A scheduler decides when, and with which other requests, a request runs on which model instance. Responses
+reach the caller through `InferRequest.on_response`; schedulers wrap it once to record statistics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from typing import Any
+
+from service.core.stats import ModelStats
+from service.errors import ErrorCode, ServiceError
+from service.types import InferRequest, InferResponse
+from service.workers import ipc
+from service.workers.pool import InstancePool
+from service.workers.process import WorkerProcess
+
+
+class _Track:
+    """Per-request bookkeeping a scheduler keeps in `InferRequest.context`."""
+
+    __slots__ = ("dispatch_ns", "failed", "finished", "worker")
+
+    def __init__(self) -> None:
+        self.dispatch_ns = 0
+        self.failed = False
+        self.finished = False
+        self.worker: WorkerProcess | None = None
+
+
+class Scheduler(ABC):
+    """Interface every scheduler implements (direct, dynamic, sequence, ensemble)."""
+
+    stats: ModelStats
+
+    @abstractmethod
+    def enqueue(self, request: InferRequest) -> None:
+        """Accept a validated request; its responses are delivered through request.on_response.
+
+        Raises ServiceError when the request is rejected up front (queue full, sequence errors).
+        """
+
+    def cancel(self, request: InferRequest) -> None:  # noqa: B027 - optional
+        """The client gave up on `request`: drop it if queued, flag it if running."""
+
+    @property
+    def ready(self) -> bool:
+        """Whether the scheduler can run requests now."""
+        return True
+
+    async def stop(self) -> None:  # noqa: B027 - optional
+        """Stop timers and background tasks (the pool is stopped by its owner)."""
+
+
+def error_response(request: InferRequest, code: ErrorCode, message: str) -> InferResponse:
+    """A final error response for `request`."""
+    return InferResponse(request.model_name, request.model_version, request.id, error=ServiceError(code, message))
+
+
+class InstanceScheduler(Scheduler):
+    """Base for schedulers that run batches on an InstancePool: idle tracking, dispatch and statistics.
+
+    Subclasses implement `enqueue` (put the request in their queue, then call `_pump`) and `_next_batch`
+    (take the next batch to run from their queue, or None).
+    """
+
+    def __init__(self, pool: InstancePool, stats: ModelStats) -> None:
+        self.pool = pool
+        self.stats = stats
+        self.idle: deque[WorkerProcess] = deque(pool.workers)
+        self.running: dict[WorkerProcess, list[InferRequest]] = {}
+        pool.on_available = self._on_available
+        pool.on_lost = self._on_lost
+        self._loop = asyncio.get_running_loop()
+
+    @property
+    def ready(self) -> bool:
+        return self.pool.ready
+
+    # ---- hooks for subclasses ---------------------------------------------------------------------------
+    @abstractmethod
+    def _next_batch(self) -> list[InferRequest] | None:
+        """Pop the next batch to execute, or None when nothing is ready to run."""
+
+    def _pump(self) -> None:
+        """Start batches while there are idle instances and ready work."""
+        while self.idle:
+            batch = self._next_batch()
+            if not batch:
+                return
+            self._dispatch(self.idle.popleft(), batch)
+
+    # ---- request tracking ------------------------------------------------------------------------------
+    def track(self, request: InferRequest) -> None:
+        """Wrap request.on_response once to record end-to-end statistics."""
+        track = _Track()
+        request.context = track
+        deliver = request.on_response
+        stats = self.stats
+
+        def on_response(response: InferResponse) -> None:
+            if response.error is not None:
+                track.failed = True
+            if response.final and not track.finished:
+                track.finished = True
+                stats.record_end(not track.failed, time.monotonic_ns() - request.arrival_ns)
+            if deliver is not None:
+                deliver(response)
+
+        request.on_response = on_response
+
+    def reject(self, request: InferRequest, code: ErrorCode, message: str) -> None:
+        """Answer a queued request with an error (timeouts, cancellation)."""
+        if request.on_response is not None:
+            request.on_response(error_response(request, code, message))
+
+    # ---- dispatch --------------------------------------------------------------------------------------
+    def _dispatch(self, worker: WorkerProcess, batch: list[InferRequest]) -> None:
+        now = time.monotonic_ns()
+        for req in batch:
+            track: Any = req.context
+            if track is not None:
+                track.dispatch_ns = now
+                track.worker = worker
+        self.running[worker] = batch
+        worker.execute(batch, self._on_done)
+
+    def _on_done(self, worker: WorkerProcess, done: ipc.ExecDone | None) -> None:
+        batch = self.running.pop(worker, [])
+        if done is not None:
+            size = sum(r.batch_size for r in batch)
+            self.stats.record_execution(size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns)
+            for req in batch:
+                track: Any = req.context
+                if track is not None and not track.failed:
+                    self.stats.record_request(
+                        track.dispatch_ns - req.arrival_ns,
+                        done.compute_input_ns,
+                        done.compute_infer_ns,
+                        done.compute_output_ns,
+                    )
+            if worker.alive:
+                self.idle.append(worker)
+        self._pump()
+
+    def _on_available(self, worker: WorkerProcess) -> None:
+        self.idle.append(worker)
+        self._pump()
+
+    def _on_lost(self, worker: WorkerProcess) -> None:
+        try:
+            self.idle.remove(worker)
+        except ValueError:
+            pass
+
+    def cancel_running(self, request: InferRequest) -> None:
+        """Flag a running request as cancelled inside its worker."""
+        track: Any = request.context
+        if track is not None and track.worker is not None and track.worker.alive:
+            track.worker.cancel([request])
+
+
+class DirectScheduler(InstanceScheduler):
+    """Models without dynamic or sequence batching: one request per execution, FIFO, first idle instance."""
+
+    def __init__(self, pool: InstancePool, stats: ModelStats, max_queue_size: int = 0) -> None:
+        super().__init__(pool, stats)
+        self.queue: deque[InferRequest] = deque()
+        self.max_queue_size = max_queue_size
+
+    def enqueue(self, request: InferRequest) -> None:
+        if self.max_queue_size and len(self.queue) >= self.max_queue_size:
+            raise ServiceError(
+                ErrorCode.UNAVAILABLE,
+                f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size",
+            )
+        self.track(request)
+        if self.idle and not self.queue:
+            self._dispatch(self.idle.popleft(), [request])
+            return
+        self.queue.append(request)
+        self._pump()
+
+    def _next_batch(self) -> list[InferRequest] | None:
+        while self.queue:
+            req = self.queue.popleft()
+            if not req.cancelled:
+                return [req]
+        return None
+
+    def cancel(self, request: InferRequest) -> None:
+        if request in self.queue:
+            self.queue.remove(request)
+            self.stats.cancelled += 1
+            self.reject(request, ErrorCode.CANCELLED, "request cancelled by the client")
+        else:
+            self.cancel_running(request)

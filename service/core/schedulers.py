@@ -1,0 +1,19 @@
+"""Picks the scheduler a model version gets from its config."""
+
+from __future__ import annotations
+
+from service.core.repository import ModelVersion
+from service.core.scheduler import DirectScheduler, Scheduler
+from service.errors import ErrorCode, ServiceError
+from service.workers.pool import InstancePool
+
+
+def make_scheduler(mv: ModelVersion, pool: InstancePool | None) -> Scheduler:
+    """Direct, dynamic-batching, sequence or ensemble scheduler, as the config's scheduling_choice says."""
+    config = mv.config
+    choice = config.WhichOneof("scheduling_choice")
+    if choice == "ensemble_scheduling" or pool is None:
+        raise ServiceError(ErrorCode.UNSUPPORTED, f"model '{mv.name}': ensembles are not supported yet")
+    if choice == "sequence_batching":
+        raise ServiceError(ErrorCode.UNSUPPORTED, f"model '{mv.name}': sequence batching is not supported yet")
+    return DirectScheduler(pool, mv.stats)

@@ -1,0 +1,142 @@
+"""Request validation against a model's config: inputs, datatypes, shapes, byte sizes, requested outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.errors import ErrorCode, ServiceError
+from service.types import InferRequest
+from shm.tensor import CONFIG_TO_DATATYPE, ELEMENT_SIZE, deserialize_bytes, element_count
+
+
+@dataclass(slots=True, frozen=True)
+class TensorSpec:
+    """An input or output as the config declares it (protocol datatype, dims without the batch dim)."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    optional: bool = False
+
+
+@dataclass(slots=True)
+class ModelSignature:
+    """What requests to one model version are checked against."""
+
+    model_name: str
+    max_batch_size: int
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    required_inputs: tuple[str, ...]
+    # inputs the server supplies itself (sequence control tensors, implicit state): clients must not send them
+    internal_inputs: frozenset[str] = frozenset()
+
+
+def tensor_spec(name: str, data_type_enum_name: str, dims: list[int], optional: bool = False) -> TensorSpec:
+    """TensorSpec from config values (data_type as its enum name, e.g. 'TYPE_FP32')."""
+    return TensorSpec(name, CONFIG_TO_DATATYPE.get(data_type_enum_name, "INVALID"), tuple(dims), optional)
+
+
+def _prefix(request: InferRequest) -> str:
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+def _fail(request: InferRequest, message: str, code: ErrorCode = ErrorCode.INVALID_ARG) -> ServiceError:
+    return ServiceError(code, _prefix(request) + message)
+
+
+def _shape_str(shape: list[int] | tuple[int, ...]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def validate_request(request: InferRequest, sig: ModelSignature) -> None:
+    """Check a request; sets request.batch_size. Raises ServiceError(INVALID_ARG) with Triton's wording."""
+    model = sig.model_name
+    seen: set[str] = set()
+    batch_size = 0
+    for t in request.inputs:
+        spec = sig.inputs.get(t.name)
+        if spec is None or t.name in sig.internal_inputs:
+            raise _fail(request, f"unexpected inference input '{t.name}' for model '{model}'")
+        if t.name in seen:
+            raise _fail(request, f"input '{t.name}' is specified more than once for model '{model}'")
+        seen.add(t.name)
+        if t.datatype != spec.datatype:
+            raise _fail(
+                request,
+                f"inference input '{t.name}' data-type is '{t.datatype}', but model '{model}' expects "
+                f"'{spec.datatype}'",
+            )
+        shape = t.shape
+        if any(d < 0 for d in shape):
+            raise _fail(
+                request,
+                f"input '{t.name}' for model '{model}' has a negative dimension in {_shape_str(shape)}",
+            )
+        if sig.max_batch_size > 0:
+            if not shape:
+                raise _fail(request, f"input '{t.name}' for model '{model}' must have a batch dimension")
+            this_batch = shape[0]
+            if this_batch > sig.max_batch_size:
+                raise _fail(request, f"inference request batch-size must be <= {sig.max_batch_size} for '{model}'")
+            if batch_size and this_batch != batch_size:
+                raise _fail(
+                    request,
+                    f"input '{t.name}' batch size {this_batch} does not match other inputs' batch size "
+                    f"{batch_size} for model '{model}'",
+                )
+            batch_size = this_batch
+            body = shape[1:]
+            expected = [-1, *spec.dims]
+        else:
+            body = shape
+            expected = list(spec.dims)
+        if len(body) != len(spec.dims) or any(d != -1 and d != s for d, s in zip(spec.dims, body, strict=True)):
+            raise _fail(
+                request,
+                f"unexpected shape for input '{t.name}' for model '{model}'. Expected {_shape_str(expected)}, "
+                f"got {_shape_str(shape)}",
+            )
+        _check_byte_size(request, t.name, t.datatype, shape, t.byte_size(), t.data, model)
+    if len(seen) < len(sig.required_inputs) or any(n not in seen for n in sig.required_inputs):
+        missing = [n for n in sig.required_inputs if n not in seen]
+        raise _fail(
+            request,
+            f"expected {len(sig.required_inputs)} inputs but got {len(seen)} inputs for model '{model}'. "
+            f"Got input(s) {sorted(seen)}, but missing required input(s) {missing}. "
+            "Please provide all required input(s).",
+        )
+    requested: set[str] = set()
+    for o in request.outputs:
+        if o.name not in sig.outputs:
+            raise _fail(request, f"unexpected inference output '{o.name}' for model '{model}'")
+        if o.name in requested:
+            raise _fail(request, f"output '{o.name}' is requested more than once for model '{model}'")
+        requested.add(o.name)
+    request.batch_size = batch_size if sig.max_batch_size > 0 else 1
+
+
+def _check_byte_size(
+    request: InferRequest,
+    name: str,
+    datatype: str,
+    shape: list[int],
+    actual: int,
+    data: bytes | memoryview | None,
+    model: str,
+) -> None:
+    count = element_count(shape)
+    if datatype == "BYTES":
+        if data is None:
+            return  # in shared memory: checked by the worker when it decodes
+        try:
+            deserialize_bytes(data, count)
+        except ValueError as e:
+            raise _fail(request, f"input '{name}' for model '{model}' has malformed BYTES data: {e}") from None
+        return
+    expected = ELEMENT_SIZE[datatype] * count
+    if actual != expected:
+        raise _fail(
+            request,
+            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, got {actual}",
+        )

@@ -1,0 +1,231 @@
+"""The gRPC front end: GRPCInferenceService and grpc.health.v1 on grpc.aio, translating to Engine calls."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, NoReturn
+
+import grpc
+
+from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc as pb_grpc
+from protos import health_pb2, health_pb2_grpc
+from service.core.engine import Engine
+from service.errors import ErrorCode, ServiceError
+from service.frontend import grpc_codec as codec
+from service.frontend.status import GRPC_STATUS
+from shm.errors import ShmError
+
+log = logging.getLogger("trireme.grpc")
+
+MAX_MESSAGE = 2**31 - 1
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+    ("grpc.so_reuseport", 0),
+]
+
+
+async def _abort(context: grpc.aio.ServicerContext, e: Exception) -> NoReturn:
+    err = codec.error_to_service(e)
+    if err.code == ErrorCode.INTERNAL and not isinstance(e, ServiceError):
+        log.exception("internal error")
+    await context.abort(GRPC_STATUS[err.code], err.message)
+    raise AssertionError("unreachable")
+
+
+def _shm_to_service(e: ShmError) -> ServiceError:
+    return ServiceError(ErrorCode[e.code], e.message)
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """Every RPC of inference.GRPCInferenceService."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # ---- health & metadata --------------------------------------------------------------------------------
+    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.engine.live)
+
+    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.engine.server_ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        try:
+            return pb.ModelReadyResponse(ready=self.engine.model_ready(request.name, request.version))
+        except Exception as e:
+            await _abort(context, e)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
+        name, version, extensions = self.engine.server_metadata()
+        return pb.ServerMetadataResponse(name=name, version=version, extensions=extensions)
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        try:
+            return codec.metadata_response(self.engine.model_metadata(request.name, request.version))
+        except Exception as e:
+            await _abort(context, e)
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        try:
+            response = pb.ModelConfigResponse()
+            response.config.CopyFrom(self.engine.model_config(request.name, request.version))
+            return response
+        except Exception as e:
+            await _abort(context, e)
+
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        try:
+            return codec.statistics_response(self.engine.statistics(request.name, request.version))
+        except Exception as e:
+            await _abort(context, e)
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        if request.repository_name:
+            await _abort(
+                context,
+                ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported"),
+            )
+        return codec.index_response(self.engine.repository_index(request.ready))
+
+    # ---- inference ------------------------------------------------------------------------------------------
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        try:
+            response = await self.engine.infer(codec.decode_infer_request(request))
+        except Exception as e:
+            await _abort(context, e)
+        if response.error is not None:
+            await _abort(context, response.error)
+        return codec.encode_infer_response(response)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        await _abort(context, ServiceError(ErrorCode.UNSUPPORTED, "ModelStreamInfer is not implemented yet"))
+        yield pb.ModelStreamInferResponse()  # pragma: no cover - makes this an async generator
+
+    # ---- model control -------------------------------------------------------------------------------------
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> pb.RepositoryModelLoadResponse:
+        await _abort(
+            context,
+            ServiceError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not allowed if polling is enabled"),
+        )
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> pb.RepositoryModelUnloadResponse:
+        await _abort(
+            context,
+            ServiceError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not allowed if polling is enabled"),
+        )
+
+    # ---- shared memory --------------------------------------------------------------------------------------
+    def _registry(self) -> Any:
+        registry = self.engine.shm_registry
+        if registry is None:
+            raise ServiceError(
+                ErrorCode.UNSUPPORTED,
+                "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
+            )
+        return registry
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> pb.SystemSharedMemoryStatusResponse:
+        try:
+            regions = self.engine.shm_registry.system_status(request.name) if self.engine.shm_registry else []
+        except ShmError as e:
+            await _abort(context, _shm_to_service(e))
+        response = pb.SystemSharedMemoryStatusResponse()
+        for r in regions:
+            response.regions[r.name].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                    name=r.name, key=r.key, offset=r.offset, byte_size=r.byte_size
+                )
+            )
+        return response
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> pb.SystemSharedMemoryRegisterResponse:
+        try:
+            self._registry().register_system(request.name, request.key, request.offset, request.byte_size)
+        except ShmError as e:
+            await _abort(context, _shm_to_service(e))
+        except Exception as e:
+            await _abort(context, e)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> pb.SystemSharedMemoryUnregisterResponse:
+        try:
+            self._registry().unregister_system(request.name)
+        except ShmError as e:
+            await _abort(context, _shm_to_service(e))
+        except Exception as e:
+            await _abort(context, e)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> pb.CudaSharedMemoryStatusResponse:
+        try:
+            regions = self.engine.shm_registry.cuda_status(request.name) if self.engine.shm_registry else []
+        except ShmError as e:
+            await _abort(context, _shm_to_service(e))
+        response = pb.CudaSharedMemoryStatusResponse()
+        for r in regions:
+            response.regions[r.name].CopyFrom(
+                pb.CudaSharedMemoryStatusResponse.RegionStatus(
+                    name=r.name, device_id=r.device_id, byte_size=r.byte_size
+                )
+            )
+        return response
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> pb.CudaSharedMemoryRegisterResponse:
+        try:
+            self._registry().register_cuda(request.name, request.raw_handle, request.device_id, request.byte_size)
+        except ShmError as e:
+            await _abort(context, _shm_to_service(e))
+        except Exception as e:
+            await _abort(context, e)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> pb.CudaSharedMemoryUnregisterResponse:
+        try:
+            self._registry().unregister_cuda(request.name)
+        except ShmError as e:
+            await _abort(context, _shm_to_service(e))
+        except Exception as e:
+            await _abort(context, e)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # ---- settings ------------------------------------------------------------------------------------------
+    async def TraceSetting(self, request: Any, context: Any) -> pb.TraceSettingResponse:
+        await _abort(context, ServiceError(ErrorCode.UNSUPPORTED, "tracing is not supported by this server"))
+
+    async def LogSettings(self, request: Any, context: Any) -> pb.LogSettingsResponse:
+        await _abort(context, ServiceError(ErrorCode.UNSUPPORTED, "log settings are not supported by this server yet"))
+
+
+class HealthServicer(health_pb2_grpc.HealthServicer):
+    """grpc.health.v1.Health: SERVING iff the server is ready."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def Check(self, request: Any, context: Any) -> health_pb2.HealthCheckResponse:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if self.engine.server_ready()
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        return health_pb2.HealthCheckResponse(status=status)
+
+
+def build_grpc_server(engine: Engine, address: str) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server bound to `address` (host:port; port 0 picks one). Returns (server, bound port)."""
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    servicer = InferenceServicer(engine)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(engine), server)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise OSError(f"unable to bind the gRPC server to {address} (address already in use?)")
+    return server, port

@@ -1,0 +1,159 @@
+"""Wires the core and the frontends together, runs them on uvloop, and shuts down in order."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+import uvloop
+
+from service.config import ServerConfig
+from service.core.engine import Engine
+from service.core.repository import READY, ModelRepository, RepositoryOptions
+from service.core.schedulers import make_scheduler
+from service.frontend.grpc_server import build_grpc_server
+from service.workers.arena import SEGMENT_PREFIX
+from shm.registry import SharedMemoryRegistry
+
+log = logging.getLogger("trireme.server")
+
+
+def remove_stale_segments() -> int:
+    """Unlink /dev/shm segments left by Trireme processes that no longer exist (e.g. after kill -9)."""
+    removed = 0
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(SEGMENT_PREFIX):
+            continue
+        pid_text = name[len(SEGMENT_PREFIX) :].split("_", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+            continue  # owner alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            os.unlink(os.path.join("/dev/shm", name))
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def model_table(engine: Engine) -> str:
+    """Triton-style model status table."""
+    rows = [
+        (r.name, r.version or "-", r.state or "UNKNOWN" if not r.reason else f"{r.state}: {r.reason}")
+        for r in engine.repository_index()
+    ]
+    headers = ("Model", "Version", "Status")
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def fmt(cells: tuple[str, ...]) -> str:
+        return "|" + "|".join(f" {c:<{w}} " for c, w in zip(cells, widths, strict=True)) + "|"
+
+    return "\n".join([line, fmt(headers), line, *(fmt(r) for r in rows), line])
+
+
+class Server:
+    """The running server: repository, engine, gRPC front end."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        options = RepositoryOptions(
+            auto_complete=config.auto_complete,
+            model_config_name=config.model_config_name,
+            log_verbose=config.log_verbose,
+            arena_bytes=config.arena_bytes,
+        )
+        self.repository = ModelRepository(config.model_repositories, options, make_scheduler)
+        self.shm_registry = SharedMemoryRegistry() if config.allow_client_shm else None
+        self.engine = Engine(self.repository, self.shm_registry, config.strict_readiness)
+        self.grpc_server = None
+        self.grpc_port = 0
+        self._stop = asyncio.Event()
+
+    async def start(self) -> bool:
+        """Load models and start listening; False when a model failed and exit-on-error is set."""
+        removed = remove_stale_segments()
+        if removed:
+            log.info("removed %d stale shared-memory segments of exited Trireme processes", removed)
+        if self.config.using_example_repository:
+            log.info("no --model-repository given: serving the embedded example repository")
+        only = None
+        if self.config.model_control_mode == "explicit":
+            only = (
+                []
+                if not self.config.load_models
+                else (None if self.config.load_models == ["*"] else self.config.load_models)
+            )
+        await self.repository.load_all(only)
+        print(model_table(self.engine), flush=True)
+        failed = [r for r in self.engine.repository_index() if r.state not in (READY, "")]
+        if failed and self.config.exit_on_error:
+            log.error(
+                "exiting: %d model(s) failed to load (use --exit-on-error=false to serve the rest)",
+                len(failed),
+            )
+            return False
+        self.grpc_server, self.grpc_port = build_grpc_server(
+            self.engine, f"{self.config.grpc_address}:{self.config.grpc_port}"
+        )
+        await self.grpc_server.start()
+        print(f"Started GRPCInferenceService at {self.config.grpc_address}:{self.grpc_port}", flush=True)
+        return True
+
+    def request_stop(self) -> None:
+        """Begin an orderly shutdown (signal handler)."""
+        self._stop.set()
+
+    async def wait(self) -> None:
+        """Block until a stop is requested."""
+        await self._stop.wait()
+
+    async def stop(self) -> None:
+        """Stop accepting, drain in-flight requests up to the exit timeout, stop workers, release shm."""
+        self.engine.accepting = False
+        if self.grpc_server is not None:
+            await self.grpc_server.stop(grace=self.config.exit_timeout_secs)
+        await self.repository.stop()
+        if self.shm_registry is not None:
+            self.shm_registry.close()
+        self.engine.live = False
+
+
+async def serve(config: ServerConfig) -> int:
+    """Run until SIGINT/SIGTERM; returns the exit status."""
+    server = Server(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, server.request_stop)
+    try:
+        ok = await server.start()
+        if ok:
+            await server.wait()
+            log.info("shutting down")
+    except OSError as e:
+        log.error("failed to start: %s", e)
+        ok = False
+    finally:
+        await server.stop()
+    return 0 if ok else 1
+
+
+def run(config: ServerConfig) -> int:
+    """Entry point used by __main__."""
+    if sys.version_info >= (3, 12):
+        return uvloop.run(serve(config))
+    uvloop.install()
+    return asyncio.run(serve(config))

@@ -1,0 +1,108 @@
+"""Internal request/response types shared by frontends, core and workers (no gRPC or HTTP types here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.errors import ServiceError
+
+# Request flags, as TRITONSERVER_REQUEST_FLAG_*.
+FLAG_SEQUENCE_START = 1
+FLAG_SEQUENCE_END = 2
+
+ParamValue = bool | int | float | str
+
+
+@dataclass(slots=True, frozen=True)
+class ShmRef:
+    """A tensor's place in a registered client shared-memory region, resolved to what a worker needs."""
+
+    region: str  # registered region name
+    kind: str  # "system" or "cuda"
+    key: str  # POSIX key of the system segment ("" for cuda)
+    offset: int  # absolute offset inside the segment (registration offset + tensor offset)
+    byte_size: int
+    device_id: int = 0
+    raw_handle: bytes = b""
+
+
+@dataclass(slots=True)
+class InputTensor:
+    """One request input: raw wire bytes (`data`) or a shared-memory reference (`shm`)."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    data: bytes | memoryview | None = None
+    shm: ShmRef | None = None
+
+    def byte_size(self) -> int:
+        """Number of payload bytes, wherever they live."""
+        if self.shm is not None:
+            return self.shm.byte_size
+        return len(self.data) if self.data is not None else 0
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output the client asked for; `shm` set when it must be written into a client region."""
+
+    name: str
+    shm: ShmRef | None = None
+    classification: int = 0
+
+
+@dataclass(slots=True)
+class OutputTensor:
+    """One response output; `data` is None when the bytes were written into the client's shm region."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    data: bytes | memoryview | None = None
+
+
+@dataclass(slots=True)
+class InferResponse:
+    """One response to a request (a decoupled model may send many; `final` marks the last)."""
+
+    model_name: str
+    model_version: str
+    id: str
+    outputs: list[OutputTensor] = field(default_factory=list)
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+    error: ServiceError | None = None
+    final: bool = True
+    null: bool = False  # a bare final flag from a decoupled model: no outputs to send
+
+
+ResponseCallback = Callable[[InferResponse], None]
+
+
+@dataclass(slots=True, eq=False)
+class InferRequest:
+    """A validated inference request as the core and schedulers see it.
+
+    `on_response` is called on the event loop for every response (exactly once with final=True, except a
+    decoupled model's request may end with a final flag and no response: then `on_complete` alone is called).
+    """
+
+    model_name: str
+    model_version: str
+    id: str = ""
+    inputs: list[InputTensor] = field(default_factory=list)
+    outputs: list[RequestedOutput] = field(default_factory=list)
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+    sequence_id: int | str = 0
+    flags: int = 0
+    priority: int = 0
+    timeout_us: int = 0
+    enable_empty_final: bool = False
+    # filled by the core
+    batch_size: int = 1
+    arrival_ns: int = 0
+    on_response: ResponseCallback | None = None
+    context: Any = None  # per-request bookkeeping owned by the scheduler/pool
+    cancelled: bool = False

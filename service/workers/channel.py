@@ -1,0 +1,169 @@
+"""The worker side of the control socket: framed send/recv, tensor (de)materialization over shared memory.
+
+Reading uses a leader/follower scheme instead of a reader thread: the main loop reads while idle; a thread
+that must wait for a reply (a BLS call made from inside execute) reads the socket itself when nobody else
+is. That keeps the common path free of thread hand-offs.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from service.workers import ipc
+from service.workers.arena import Allocator, ArenaMap
+from shm.tensor import DATATYPE_TO_NUMPY, numpy_to_datatype, numpy_to_raw, raw_to_numpy
+
+
+class ClientSegments:
+    """Client POSIX segments mapped by key, reused across requests, remapped when the segment changes."""
+
+    def __init__(self) -> None:
+        self._maps: dict[str, tuple[int, int, mmap.mmap]] = {}
+        self._lock = threading.Lock()
+
+    def buffer(self, key: str) -> memoryview:
+        """The whole segment `key` as a writable memoryview."""
+        path = "/dev/shm/" + key.lstrip("/")
+        st = os.stat(path)
+        with self._lock:
+            cached = self._maps.get(key)
+            if cached is not None and cached[0] == st.st_ino and cached[1] == st.st_size:
+                return memoryview(cached[2])
+            fd = os.open(path, os.O_RDWR)
+            try:
+                mapped = mmap.mmap(fd, st.st_size)
+            finally:
+                os.close(fd)
+            self._maps[key] = (st.st_ino, st.st_size, mapped)
+            return memoryview(mapped)
+
+
+class WorkerChannel:
+    """Frames in and out of the worker, plus the arenas shared with the server."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._send_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._buf = bytearray(1 << 16)
+        self.in_arena: ArenaMap | None = None
+        self.out_arena: ArenaMap | None = None
+        self.out_alloc: Allocator | None = None
+        self._alloc_lock = threading.Lock()
+        self.client_segments = ClientSegments()
+        self.pending: dict[int, Future[Any]] = {}  # replies awaited by id (BLS)
+        self.on_message: Callable[[Any], None] = lambda m: None
+
+    # ---- framing -------------------------------------------------------------------------------------
+    def send(self, message: Any) -> None:
+        """Send one message (thread-safe)."""
+        frame = ipc.encode(message)
+        with self._send_lock:
+            self.sock.sendall(frame)
+
+    def _recv_exact(self, n: int) -> memoryview:
+        if len(self._buf) < n:
+            self._buf = bytearray(max(n, 2 * len(self._buf)))
+        view = memoryview(self._buf)[:n]
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise EOFError("server closed the control socket")
+            got += k
+        return view
+
+    def recv(self) -> Any:
+        """Block for one message (caller holds the read lock)."""
+        (n,) = ipc.HEADER.unpack(self._recv_exact(4))
+        return ipc.decode(self._recv_exact(n))
+
+    def read_one(self) -> Any:
+        """Read one message as the loop's reader."""
+        with self._read_lock:
+            return self.recv()
+
+    def wait_for(self, future: Future[Any]) -> Any:
+        """Block until `future` is resolved, reading and dispatching frames while nobody else reads."""
+        while not future.done():
+            if self._read_lock.acquire(timeout=0.001):
+                try:
+                    if future.done():
+                        break
+                    self.on_message(self.recv())
+                finally:
+                    self._read_lock.release()
+        return future.result()
+
+    # ---- tensors -------------------------------------------------------------------------------------
+    def map_arenas(self, in_name: str, out_name: str) -> None:
+        """Map the two arenas the server created."""
+        self.in_arena = ArenaMap(in_name, 0, create=False)
+        self.out_arena = ArenaMap(out_name, 0, create=False)
+        self.out_alloc = Allocator(self.out_arena.size)
+
+    def release(self, offsets: list[int]) -> None:
+        """The server is done with these output-arena blocks."""
+        assert self.out_alloc is not None
+        with self._alloc_lock:
+            for off in offsets:
+                self.out_alloc.free(off)
+
+    def tensor_to_numpy(self, t: ipc.TensorMsg) -> np.ndarray:
+        """Materialize an input: a view over the arena or the client's segment (no copy) when possible."""
+        if t.where == ipc.WHERE_INLINE:
+            return raw_to_numpy(t.data, t.datatype, t.shape)
+        if t.where == ipc.WHERE_ARENA:
+            assert self.in_arena is not None
+            return raw_to_numpy(self.in_arena.buffer[t.offset : t.offset + t.nbytes], t.datatype, t.shape)
+        if t.where == ipc.WHERE_SYSTEM_SHM:
+            buf = self.client_segments.buffer(t.key)
+            return raw_to_numpy(buf[t.offset : t.offset + t.nbytes], t.datatype, t.shape)
+        raise ValueError("CUDA shared-memory inputs need a GPU-capable backend")
+
+    def numpy_to_tensor(self, name: str, array: np.ndarray, target: ipc.TensorMsg | None) -> ipc.TensorMsg:
+        """Describe an output for the server; bytes go to the client's region, inline, or the out arena."""
+        datatype = numpy_to_datatype(array.dtype)
+        shape = list(array.shape)
+        raw = numpy_to_raw(array)
+        nbytes = len(raw) if isinstance(raw, bytes) else raw.nbytes
+        if target is not None:
+            if nbytes > target.nbytes:
+                raise OutputTooLarge(name, target.nbytes, nbytes)
+            if target.where != ipc.WHERE_SYSTEM_SHM:
+                raise ValueError("CUDA shared-memory outputs need a GPU-capable backend")
+            buf = self.client_segments.buffer(target.key)
+            buf[target.offset : target.offset + nbytes] = raw
+            return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_SYSTEM_SHM, nbytes=nbytes)
+        if nbytes <= ipc.INLINE_LIMIT:
+            return ipc.TensorMsg(name, datatype, shape, data=bytes(raw))
+        assert self.out_alloc is not None and self.out_arena is not None
+        with self._alloc_lock:
+            offset = self.out_alloc.alloc(nbytes)
+        if offset is None:  # arena full: fall back to the socket
+            return ipc.TensorMsg(name, datatype, shape, data=bytes(raw))
+        self.out_arena.buffer[offset : offset + nbytes] = raw
+        return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_ARENA, offset=offset, nbytes=nbytes)
+
+
+class OutputTooLarge(Exception):
+    """An output does not fit the client's shared-memory region."""
+
+    def __init__(self, name: str, capacity: int, needed: int) -> None:
+        super().__init__(
+            f"shared memory size specified with the request for output '{name}' ({capacity} bytes) "
+            f"should be at least {needed} bytes to hold the results"
+        )
+
+
+def empty_like_spec(datatype: str, shape: list[int]) -> np.ndarray:
+    """A zero-filled array for a datatype/shape (used for padding requests)."""
+    return np.zeros(shape, dtype=DATATYPE_TO_NUMPY[datatype])

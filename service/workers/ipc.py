@@ -1,0 +1,157 @@
+"""Control messages between the server and a worker process: small msgpack frames, tensors by reference.
+
+A frame is a 4-byte little-endian length followed by one msgpack-encoded message. Tensor payloads travel
+inline only when small (INLINE_LIMIT); larger ones live in a shared-memory arena or in the client's own
+registered region, and the frame carries (offset, nbytes).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgspec
+
+HEADER = struct.Struct("<I")
+INLINE_LIMIT = 64 * 1024  # below this, copying through the socket beats allocating arena space
+
+# where a tensor's bytes are
+WHERE_INLINE = 0
+WHERE_ARENA = 1  # the sender's arena (input arena parent->worker, output arena worker->parent)
+WHERE_SYSTEM_SHM = 2  # a client's POSIX segment: key + offset
+WHERE_CUDA_SHM = 3  # a client's CUDA IPC region: raw handle + device + offset
+
+
+class TensorMsg(msgspec.Struct, array_like=True, omit_defaults=True):
+    """A tensor reference: name, datatype, shape and where its bytes are."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    where: int = WHERE_INLINE
+    data: bytes = b""  # inline payload
+    offset: int = 0
+    nbytes: int = 0
+    key: str = ""  # client segment key (system) or "" (cuda)
+    handle: bytes = b""  # cudaIpcMemHandle_t for cuda regions
+    device: int = 0
+
+
+class OutputSpec(msgspec.Struct, array_like=True, omit_defaults=True):
+    """A requested output; `shm` set when the worker must write it into a client region."""
+
+    name: str
+    shm: TensorMsg | None = None
+
+
+class RequestMsg(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One inference request of a batch as the worker sees it."""
+
+    rid: int
+    id: str
+    inputs: list[TensorMsg]
+    outputs: list[OutputSpec]
+    parameters: dict[str, Any] = {}
+    flags: int = 0
+    correlation_id: int | str = 0
+    timeout_us: int = 0
+
+
+class Init(msgspec.Struct, tag="init", array_like=True):
+    """First message to a worker: what to load and where its arenas are."""
+
+    backend: str
+    model_name: str
+    model_version: str
+    model_dir: str  # the model directory (Triton's args['model_repository'])
+    version_dir: str
+    config_json: str
+    instance_name: str
+    instance_kind: str
+    device_id: int
+    in_arena: str
+    out_arena: str
+    out_arena_size: int
+    log_verbose: int = 0
+
+
+class AutoComplete(msgspec.Struct, tag="autocomplete", array_like=True):
+    """Ask a short-lived worker to run the model's auto_complete_config and return the JSON config."""
+
+    backend: str
+    model_dir: str
+    version_dir: str
+    config_json: str
+
+
+class Execute(msgspec.Struct, tag="exec", array_like=True):
+    """Run one batch."""
+
+    batch_id: int
+    requests: list[RequestMsg]
+
+
+class Release(msgspec.Struct, tag="release", array_like=True):
+    """The parent is done with these output-arena offsets."""
+
+    offsets: list[int]
+
+
+class Cancel(msgspec.Struct, tag="cancel", array_like=True):
+    """The client cancelled these requests."""
+
+    rids: list[int]
+
+
+class Shutdown(msgspec.Struct, tag="shutdown", array_like=True):
+    """Finalize the model and exit."""
+
+
+class Ready(msgspec.Struct, tag="ready", array_like=True):
+    """Worker loaded the model (or finished auto-complete, with the config in `config_json`)."""
+
+    config_json: str = ""
+
+
+class Failed(msgspec.Struct, tag="failed", array_like=True):
+    """Worker could not load the model."""
+
+    message: str
+
+
+class Respond(msgspec.Struct, tag="resp", array_like=True, omit_defaults=True):
+    """One response (or a bare final flag when `null`) for request `rid`."""
+
+    rid: int
+    outputs: list[TensorMsg] = []
+    parameters: dict[str, Any] = {}
+    error_code: int = -1  # -1: no error
+    error: str = ""
+    final: bool = True
+    null: bool = False
+
+
+class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True):
+    """The model's execute returned; times in ns for statistics."""
+
+    batch_id: int
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+
+Message = Init | AutoComplete | Execute | Release | Cancel | Shutdown | Ready | Failed | Respond | ExecDone
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(Message)
+
+
+def encode(message: Any) -> bytes:
+    """Frame a message: length prefix + msgpack."""
+    payload = _encoder.encode(message)
+    return HEADER.pack(len(payload)) + payload
+
+
+def decode(payload: bytes | memoryview) -> Any:
+    """Decode one frame's payload (without the length prefix)."""
+    return _decoder.decode(payload)

@@ -1,0 +1,385 @@
+"""The server side of one worker process: spawn it, feed it batches, route its responses, notice its death."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.errors import ErrorCode, ServiceError
+from service.types import InferRequest, InferResponse, OutputTensor
+from service.workers import ipc
+from service.workers.arena import Allocator, ArenaMap, segment_name
+
+log = logging.getLogger("trireme.workers")
+
+_instance_ids = itertools.count()
+
+
+@dataclass(slots=True)
+class InstanceSpec:
+    """Everything needed to (re)start one model instance."""
+
+    backend: str
+    model_name: str
+    model_version: str
+    model_dir: str
+    version_dir: str
+    config_json: str
+    instance_name: str
+    instance_kind: str = "CPU"
+    device_id: int = 0
+    arena_bytes: int = 256 << 20
+    start_timeout_s: float = 120.0
+    log_verbose: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Inflight:
+    request: InferRequest
+    arena_offsets: list[int]
+
+
+DoneCallback = Callable[["WorkerProcess", "ipc.ExecDone | None"], None]
+
+
+def worker_command() -> list[str]:
+    """argv prefix that starts a worker with this interpreter."""
+    return [sys.executable, "-m", "service.workers.worker_main"]
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a worker: ours, plus the repo root on PYTHONPATH so `service` imports anywhere."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+class _WorkerProtocol(asyncio.Protocol):
+    """Parses frames from the worker socket and hands them to the WorkerProcess synchronously."""
+
+    def __init__(self, owner: WorkerProcess) -> None:
+        self.owner = owner
+        self.buf = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, end = 0, len(buf)
+        while end - pos >= 4:
+            (n,) = ipc.HEADER.unpack_from(buf, pos)
+            if end - pos - 4 < n:
+                break
+            message = ipc.decode(memoryview(buf)[pos + 4 : pos + 4 + n])
+            pos += 4 + n
+            self.owner.on_message(message)
+        if pos:
+            del buf[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner.on_connection_lost()
+
+
+class WorkerProcess:
+    """One model instance's subprocess, seen from the server's event loop."""
+
+    def __init__(self, spec: InstanceSpec, on_exit: Callable[[WorkerProcess], None] | None = None) -> None:
+        self.spec = spec
+        self.on_exit = on_exit
+        self.proc: asyncio.subprocess.Process | None = None
+        self.transport: asyncio.Transport | None = None
+        self.in_arena: ArenaMap | None = None
+        self.out_arena: ArenaMap | None = None
+        self.in_alloc: Allocator | None = None
+        self.alive = False
+        self._rids = itertools.count(1)
+        self._batch_ids = itertools.count(1)
+        self.inflight: dict[int, _Inflight] = {}
+        self.batches: dict[int, tuple[list[int], DoneCallback]] = {}
+        self._startup: asyncio.Future[Any] | None = None
+        self._closed = asyncio.get_running_loop().create_future()
+        self.bytes_copied = 0  # payload bytes the server copied into the arena (zero-copy accounting)
+        self.message_handlers: dict[type, Callable[[Any], None]] = {}
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Spawn the worker, send Init, and wait for Ready; raises ServiceError with the load error."""
+        spec = self.spec
+        loop = asyncio.get_running_loop()
+        tag = f"{next(_instance_ids)}"
+        self.in_arena = ArenaMap(segment_name(tag + "i"), spec.arena_bytes, create=True)
+        self.out_arena = ArenaMap(segment_name(tag + "o"), spec.arena_bytes, create=True)
+        self.in_alloc = Allocator(self.in_arena.size)
+        try:
+            await self._spawn(loop)
+            assert self._startup is not None
+            self.send(
+                ipc.Init(
+                    spec.backend,
+                    spec.model_name,
+                    spec.model_version,
+                    spec.model_dir,
+                    spec.version_dir,
+                    spec.config_json,
+                    spec.instance_name,
+                    spec.instance_kind,
+                    spec.device_id,
+                    self.in_arena.name,
+                    self.out_arena.name,
+                    spec.arena_bytes,
+                    spec.log_verbose,
+                )
+            )
+            try:
+                reply = await asyncio.wait_for(self._startup, spec.start_timeout_s)
+            except TimeoutError:
+                raise ServiceError(
+                    ErrorCode.UNAVAILABLE,
+                    f"model instance '{spec.instance_name}' did not start within {spec.start_timeout_s} s",
+                ) from None
+            if isinstance(reply, ipc.Failed):
+                raise ServiceError(ErrorCode.INTERNAL, reply.message)
+        except BaseException:
+            await self.kill()
+            raise
+        finally:
+            # both sides have mapped the arenas (or failed): the names can go now
+            self.in_arena.unlink()
+            self.out_arena.unlink()
+        self.alive = True
+
+    async def _spawn(self, loop: asyncio.AbstractEventLoop) -> None:
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *worker_command(),
+                str(child_sock.fileno()),
+                pass_fds=(child_sock.fileno(),),
+                env=worker_env(self.spec.env),
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        finally:
+            child_sock.close()
+        self._startup = loop.create_future()
+        self.transport, _ = await loop.create_unix_connection(lambda: _WorkerProtocol(self), sock=parent_sock)
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Ask the worker to finalize and exit; kill it if it does not within timeout_s."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.send(ipc.Shutdown())
+        if self.proc is not None:
+            try:
+                await asyncio.wait_for(self.proc.wait(), timeout_s)
+            except TimeoutError:
+                log.warning("worker %s did not exit in %.0f s; killing it", self.spec.instance_name, timeout_s)
+        await self.kill()
+
+    async def kill(self) -> None:
+        """Kill the process (if running), close the socket and unmap arenas."""
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                self.proc.send_signal(signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await self.proc.wait()
+        if self.transport is not None:
+            self.transport.close()
+        await asyncio.shield(self._closed) if self.transport is not None else None
+        for arena in (self.in_arena, self.out_arena):
+            if arena is not None:
+                arena.unlink()
+                arena.close()
+        self.in_arena = self.out_arena = None
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id."""
+        return self.proc.pid if self.proc is not None else None
+
+    # ---- traffic --------------------------------------------------------------------------------------
+    def send(self, message: Any) -> None:
+        """Write one frame to the worker."""
+        assert self.transport is not None
+        self.transport.write(ipc.encode(message))
+
+    def execute(self, batch: list[InferRequest], on_done: DoneCallback) -> None:
+        """Send a batch; responses go to each request's on_response; on_done runs when execute returns."""
+        batch_id = next(self._batch_ids)
+        messages = []
+        rids = []
+        for req in batch:
+            rid = next(self._rids)
+            offsets: list[int] = []
+            messages.append(self._request_message(rid, req, offsets))
+            self.inflight[rid] = _Inflight(req, offsets)
+            rids.append(rid)
+        self.batches[batch_id] = (rids, on_done)
+        self.send(ipc.Execute(batch_id, messages))
+
+    def _request_message(self, rid: int, req: InferRequest, offsets: list[int]) -> ipc.RequestMsg:
+        tensors = []
+        for t in req.inputs:
+            if t.shm is not None:
+                s = t.shm
+                where = ipc.WHERE_SYSTEM_SHM if s.kind == "system" else ipc.WHERE_CUDA_SHM
+                tensors.append(
+                    ipc.TensorMsg(
+                        t.name,
+                        t.datatype,
+                        t.shape,
+                        where,
+                        offset=s.offset,
+                        nbytes=s.byte_size,
+                        key=s.key,
+                        handle=s.raw_handle,
+                        device=s.device_id,
+                    )
+                )
+                continue
+            data = t.data if t.data is not None else b""
+            n = len(data)
+            if n <= ipc.INLINE_LIMIT:
+                tensors.append(ipc.TensorMsg(t.name, t.datatype, t.shape, data=bytes(data)))
+                continue
+            assert self.in_alloc is not None and self.in_arena is not None
+            off = self.in_alloc.alloc(n)
+            if off is None:
+                tensors.append(ipc.TensorMsg(t.name, t.datatype, t.shape, data=bytes(data)))
+                continue
+            self.in_arena.buffer[off : off + n] = data
+            self.bytes_copied += n
+            offsets.append(off)
+            tensors.append(ipc.TensorMsg(t.name, t.datatype, t.shape, ipc.WHERE_ARENA, offset=off, nbytes=n))
+        outputs = []
+        for o in req.outputs:
+            target = None
+            if o.shm is not None:
+                s = o.shm
+                where = ipc.WHERE_SYSTEM_SHM if s.kind == "system" else ipc.WHERE_CUDA_SHM
+                target = ipc.TensorMsg(
+                    o.name,
+                    "",
+                    [],
+                    where,
+                    offset=s.offset,
+                    nbytes=s.byte_size,
+                    key=s.key,
+                    handle=s.raw_handle,
+                    device=s.device_id,
+                )
+            outputs.append(ipc.OutputSpec(o.name, target))
+        return ipc.RequestMsg(rid, req.id, tensors, outputs, req.parameters, req.flags, req.sequence_id, req.timeout_us)
+
+    def cancel(self, requests: list[InferRequest]) -> None:
+        """Mark running requests cancelled inside the worker (pb_utils is_cancelled())."""
+        rids = [rid for rid, rec in self.inflight.items() if rec.request in requests]
+        if rids and self.alive:
+            self.send(ipc.Cancel(rids))
+
+    def on_message(self, message: Any) -> None:
+        """Route one frame from the worker."""
+        if isinstance(message, ipc.Respond):
+            self._on_respond(message)
+        elif isinstance(message, ipc.ExecDone):
+            rids, on_done = self.batches.pop(message.batch_id, ([], None))
+            if on_done is not None:
+                on_done(self, message)
+        elif isinstance(message, ipc.Ready | ipc.Failed):
+            if self._startup is not None and not self._startup.done():
+                self._startup.set_result(message)
+        else:
+            handler = self.message_handlers.get(type(message))
+            if handler is not None:
+                handler(message)
+            else:
+                log.warning("unexpected message %s from worker %s", type(message).__name__, self.spec.instance_name)
+
+    def _on_respond(self, msg: ipc.Respond) -> None:
+        rec = self.inflight.get(msg.rid)
+        if rec is None:
+            return
+        req = rec.request
+        if msg.final:
+            del self.inflight[msg.rid]
+            if rec.arena_offsets and self.in_alloc is not None:
+                for off in rec.arena_offsets:
+                    self.in_alloc.free(off)
+        resp = InferResponse(req.model_name, req.model_version, req.id, final=msg.final)
+        if msg.parameters:
+            resp.parameters = msg.parameters
+        if msg.error_code >= 0:
+            resp.error = ServiceError(ErrorCode(msg.error_code), msg.error)
+        elif msg.null:
+            resp.null = True
+        else:
+            resp.outputs = self._outputs(msg.outputs)
+        if req.on_response is not None:
+            req.on_response(resp)
+
+    def _outputs(self, tensors: list[ipc.TensorMsg]) -> list[OutputTensor]:
+        out = []
+        release = []
+        for t in tensors:
+            if t.where == ipc.WHERE_INLINE:
+                out.append(OutputTensor(t.name, t.datatype, t.shape, t.data))
+            elif t.where == ipc.WHERE_ARENA:
+                assert self.out_arena is not None
+                out.append(
+                    OutputTensor(
+                        t.name,
+                        t.datatype,
+                        t.shape,
+                        bytes(self.out_arena.buffer[t.offset : t.offset + t.nbytes]),
+                    )
+                )
+                release.append(t.offset)
+            else:
+                out.append(OutputTensor(t.name, t.datatype, t.shape, None))
+        if release:
+            self.send(ipc.Release(release))
+        return out
+
+    def on_connection_lost(self) -> None:
+        """The worker exited or crashed: fail what it was running and tell the owner."""
+        was_alive = self.alive
+        self.alive = False
+        if not self._closed.done():
+            self._closed.set_result(None)
+        if self._startup is not None and not self._startup.done():
+            self._startup.set_result(ipc.Failed(f"model instance '{self.spec.instance_name}' exited during start-up"))
+        code = self.proc.returncode if self.proc is not None else None
+        error = ServiceError(
+            ErrorCode.UNAVAILABLE,
+            f"Stub process '{self.spec.instance_name}' is not healthy: it exited while running the request"
+            + (f" (exit status {code})" if code is not None else "")
+            + "; the instance is being restarted",
+        )
+        inflight, self.inflight = self.inflight, {}
+        for rec in inflight.values():
+            if rec.request.on_response is not None:
+                rec.request.on_response(
+                    InferResponse(rec.request.model_name, rec.request.model_version, rec.request.id, error=error)
+                )
+        batches, self.batches = self.batches, {}
+        for _rids, on_done in batches.values():
+            on_done(self, None)
+        if was_alive and self.on_exit is not None:
+            self.on_exit(self)
+
+
+def now_ns() -> int:
+    """Monotonic clock in ns (one place to fake in tests)."""
+    return time.monotonic_ns()
