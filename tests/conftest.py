@@ -1,0 +1,146 @@
+"""Shared fixtures: free ports, a real Trireme server process, tritonclient clients, model repo helpers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_REPO = ROOT / "service" / "example_models"
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """A `python -m service` process on a free port, with its log captured to a file."""
+
+    def __init__(self, repos: list[Path], extra_args: list[str], log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"127.0.0.1:{self.port}"
+        self.log_path = log_path
+        args = [sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(self.port)]
+        for repo in repos:
+            args += ["--model-repository", str(repo)]
+        args += extra_args
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        """Everything the server printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until the gRPC port accepts connections and the server says it started."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            if "Started GRPCInferenceService" in self.log():
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"server did not start in {timeout_s} s:\n{self.log()}")
+
+    def worker_pids(self) -> list[int]:
+        """PIDs of this server's worker processes."""
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 20 s; checks that no worker process outlives the server."""
+        children = self.worker_pids()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in children:
+            for _ in range(100):
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        self._log.close()
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator:
+    """Factory: start_server(repos=[...], args=[...]) -> ready ServerProcess; all are stopped at teardown."""
+    servers: list[ServerProcess] = []
+
+    def start(repos: list[Path] | None = None, args: list[str] | None = None, wait: bool = True) -> ServerProcess:
+        server = ServerProcess(repos or [EXAMPLE_REPO], args or [], tmp_path / f"server{len(servers)}.log")
+        servers.append(server)
+        if wait:
+            server.wait_ready()
+        return server
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def example_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server on the embedded example repository, shared by a test module."""
+    server = ServerProcess([EXAMPLE_REPO], [], tmp_path_factory.mktemp("srv") / "server.log")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def grpc_client(example_server: ServerProcess):  # type: ignore[no-untyped-def]
+    """A tritonclient.grpc client connected to the example server."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(example_server.url)
+    yield client
+    client.close()
+
+
+def write_model(repo: Path, name: str, config: str, model_py: str | None = None, version: int = 1) -> Path:
+    """Create <repo>/<name>/config.pbtxt and <repo>/<name>/<version>/model.py; returns the model dir."""
+    model_dir = repo / name
+    (model_dir / str(version)).mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(textwrap.dedent(config))
+    if model_py is not None:
+        (model_dir / str(version) / "model.py").write_text(textwrap.dedent(model_py))
+    return model_dir
+
+
+def copy_example(repo: Path, *names: str) -> None:
+    """Copy example models into a test repository."""
+    for name in names:
+        shutil.copytree(EXAMPLE_REPO / name, repo / name)
+
+
+def shm_entries() -> set[str]:
+    """Names currently in /dev/shm."""
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
