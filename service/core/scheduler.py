@@ -89,6 +89,9 @@ class InstanceScheduler(Scheduler):
     def _pump(self) -> None:
         """Start batches while there are idle instances and ready work."""
         while self.idle:
+            if not self.idle[0].alive:  # died while idle: the pool restarts it and reports it available
+                self.idle.popleft()
+                continue
             batch = self._next_batch()
             if not batch:
                 return
@@ -179,7 +182,7 @@ class DirectScheduler(InstanceScheduler):
                 f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size",
             )
         self.track(request)
-        if self.idle and not self.queue:
+        if self.idle and not self.queue and self.idle[0].alive:
             self._dispatch(self.idle.popleft(), [request])
             return
         self.queue.append(request)

@@ -120,9 +120,9 @@ class WorkerProcess:
         spec = self.spec
         loop = asyncio.get_running_loop()
         tag = f"{next(_instance_ids)}"
-        self.in_arena = ArenaMap(segment_name(tag + "i"), spec.arena_bytes, create=True)
-        self.out_arena = ArenaMap(segment_name(tag + "o"), spec.arena_bytes, create=True)
-        self.in_alloc = Allocator(self.in_arena.size)
+        in_arena = self.in_arena = ArenaMap(segment_name(tag + "i"), spec.arena_bytes, create=True)
+        out_arena = self.out_arena = ArenaMap(segment_name(tag + "o"), spec.arena_bytes, create=True)
+        self.in_alloc = Allocator(in_arena.size)
         try:
             await self._spawn(loop)
             assert self._startup is not None
@@ -137,8 +137,8 @@ class WorkerProcess:
                     spec.instance_name,
                     spec.instance_kind,
                     spec.device_id,
-                    self.in_arena.name,
-                    self.out_arena.name,
+                    in_arena.name,
+                    out_arena.name,
                     spec.arena_bytes,
                     spec.log_verbose,
                 )
@@ -157,8 +157,8 @@ class WorkerProcess:
             raise
         finally:
             # both sides have mapped the arenas (or failed): the names can go now
-            self.in_arena.unlink()
-            self.out_arena.unlink()
+            in_arena.unlink()
+            out_arena.unlink()
         self.alive = True
 
     async def _spawn(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -353,14 +353,24 @@ class WorkerProcess:
         return out
 
     def on_connection_lost(self) -> None:
-        """The worker exited or crashed: fail what it was running and tell the owner."""
+        """The worker exited or crashed: stop using it now; fail its requests once its exit status is known."""
         was_alive = self.alive
         self.alive = False
         if not self._closed.done():
             self._closed.set_result(None)
         if self._startup is not None and not self._startup.done():
             self._startup.set_result(ipc.Failed(f"model instance '{self.spec.instance_name}' exited during start-up"))
-        code = self.proc.returncode if self.proc is not None else None
+        task = asyncio.get_running_loop().create_task(self._reap(was_alive))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    async def _reap(self, was_alive: bool) -> None:
+        code = None
+        if self.proc is not None:
+            try:
+                code = await asyncio.wait_for(self.proc.wait(), 2.0)
+            except TimeoutError:
+                code = None
         error = ServiceError(
             ErrorCode.UNAVAILABLE,
             f"Stub process '{self.spec.instance_name}' is not healthy: it exited while running the request"
@@ -378,6 +388,9 @@ class WorkerProcess:
             on_done(self, None)
         if was_alive and self.on_exit is not None:
             self.on_exit(self)
+
+
+_background: set[asyncio.Task[None]] = set()
 
 
 def now_ns() -> int:
