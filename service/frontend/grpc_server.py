@@ -14,6 +14,7 @@ from protos import health_pb2, health_pb2_grpc
 from service.core.engine import Engine
 from service.errors import ErrorCode, ServiceError
 from service.frontend import grpc_codec as codec
+from service.frontend import grpc_stream
 from service.frontend.status import GRPC_STATUS
 from shm.errors import ShmError
 
@@ -100,11 +101,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             await _abort(context, response.error)
         return codec.encode_infer_response(response)
 
-    async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        await _abort(context, ServiceError(ErrorCode.UNSUPPORTED, "ModelStreamInfer is not implemented yet"))
-        yield pb.ModelStreamInferResponse()  # pragma: no cover - makes this an async generator
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any) -> None:
+        await grpc_stream.serve_stream(self.engine, context)  # reads with context.read(), writes with write()
 
     # ---- model control -------------------------------------------------------------------------------------
     async def RepositoryModelLoad(self, request: Any, context: Any) -> pb.RepositoryModelLoadResponse:

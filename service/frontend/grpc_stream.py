@@ -1,0 +1,184 @@
+"""ModelStreamInfer: many requests on one bidirectional stream, responses written as they complete.
+
+Rules (PROTOCOL.md §1.3): a non-decoupled model's single response is written in request order; a decoupled
+model's responses are written as produced; every response carries `triton_final_response`; a decoupled
+model's bare final flag becomes an empty response only when the request set
+`triton_enable_empty_final_response`; errors travel in-band in `error_message` and the stream stays open.
+When the client cancels the call or goes away, every request of the stream still queued is cancelled (it never
+executes) and running ones are flagged (pb_utils `request.is_cancelled()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+
+import grpc
+
+from protos import grpc_service_pb2 as pb
+from service.core.engine import Engine
+from service.core.repository import ModelVersion
+from service.errors import ServiceError
+from service.frontend import grpc_codec as codec
+from service.types import InferRequest, InferResponse
+
+log = logging.getLogger("trireme.grpc")
+
+
+def _request_error(request_id: str, e: Exception) -> pb.ModelStreamInferResponse:
+    """An in-band error for a request that could not be decoded or enqueued: only `id` is filled."""
+    msg = pb.ModelStreamInferResponse(error_message=codec.error_to_service(e).message)
+    msg.infer_response.id = request_id
+    return msg
+
+
+class _Slot:
+    """One request of the stream: where its responses go until we know whether its model is decoupled."""
+
+    __slots__ = ("decoupled", "message", "pending", "request")
+
+    def __init__(self, request: InferRequest | None) -> None:
+        self.request = request
+        self.decoupled: bool | None = None  # None until the model version is known
+        self.message: pb.ModelStreamInferResponse | None = None  # the non-decoupled answer, once it arrived
+        self.pending: list[pb.ModelStreamInferResponse] = []  # decoupled answers that arrived before we knew
+
+
+class StreamSession:
+    """State of one ModelStreamInfer call: in-flight requests, the ordered queue and the outgoing messages."""
+
+    def __init__(self, engine: Engine, context: grpc.aio.ServicerContext) -> None:
+        self.engine = engine
+        self.context = context
+        self.out: deque[pb.ModelStreamInferResponse] = deque()
+        self.ordered: deque[_Slot] = deque()
+        self.inflight: dict[InferRequest, ModelVersion] = {}
+        self.wake = asyncio.Event()
+        self.reading = True
+
+    # ---- requests in ------------------------------------------------------------------------------------
+    async def read_all(self) -> None:
+        """Read requests until the client half-closes; start each one as it arrives."""
+        context = self.context
+        try:
+            while True:
+                msg = await context.read()
+                if msg is grpc.aio.EOF:  # type: ignore[attr-defined]
+                    break
+                self.start(msg)
+        finally:
+            self.reading = False
+            self.wake.set()
+
+    def start(self, msg: pb.ModelInferRequest) -> None:
+        """Decode and submit one request; decode and enqueue errors are answered in-band, in order."""
+        try:
+            request = codec.decode_infer_request(msg)
+        except Exception as e:
+            self._answer_now(_request_error(msg.id, e))
+            return
+        slot = _Slot(request)
+        self.ordered.append(slot)
+        try:
+            mv = self.engine.submit(request, lambda response: self._on_response(slot, response))
+        except Exception as e:
+            if not isinstance(e, ServiceError):
+                log.exception("stream request failed to start")
+            slot.decoupled = False
+            slot.message = _request_error(msg.id, e)
+            self._flush()
+            return
+        if mv.decoupled:
+            slot.decoupled = True
+            self.ordered.remove(slot)
+            self.out.extend(slot.pending)
+            slot.pending.clear()
+            self._flush()
+        else:
+            slot.decoupled = False
+            if slot.pending:
+                slot.message = slot.pending.pop()
+                self._flush()
+        if slot.request is not None:
+            self.inflight[request] = mv
+
+    def _answer_now(self, message: pb.ModelStreamInferResponse) -> None:
+        """An answer that is not tied to a submitted request: keeps its place behind earlier ordered answers."""
+        slot = _Slot(None)
+        slot.decoupled = False
+        slot.message = message
+        self.ordered.append(slot)
+        self._flush()
+
+    # ---- responses out ----------------------------------------------------------------------------------
+    def _on_response(self, slot: _Slot, response: InferResponse) -> None:
+        request = slot.request
+        if response.final and request is not None:
+            self.inflight.pop(request, None)
+            slot.request = None
+        if response.null and (request is None or not request.enable_empty_final):
+            self.wake.set()  # may be the last in-flight request
+            return
+        message = codec.encode_stream_response(response)
+        if slot.decoupled is False:
+            slot.message = message
+        elif slot.decoupled:
+            self.out.append(message)
+        else:
+            slot.pending.append(message)  # answered before submit() returned
+        self._flush()
+
+    def _flush(self) -> None:
+        ordered = self.ordered
+        while ordered and ordered[0].message is not None:
+            self.out.append(ordered.popleft().message)  # type: ignore[arg-type]
+        self.wake.set()
+
+    @property
+    def finished(self) -> bool:
+        """Client half-closed, nothing in flight, nothing left to write."""
+        return not self.reading and not self.inflight and not self.ordered and not self.out
+
+    async def write_all(self) -> None:
+        """Write responses as they become available until the stream is finished."""
+        out = self.out
+        write = self.context.write
+        while True:
+            while out:
+                await write(out.popleft())
+            if self.finished:
+                return
+            self.wake.clear()
+            if out:
+                continue
+            await self.wake.wait()
+
+    def cancel_all(self) -> None:
+        """The client went away: cancel what is queued, flag what runs."""
+        inflight, self.inflight = self.inflight, {}
+        for request, mv in inflight.items():
+            try:
+                self.engine.cancel(request, mv)
+            except Exception:
+                log.exception("cancelling a stream request failed")
+
+
+async def serve_stream(engine: Engine, context: grpc.aio.ServicerContext) -> None:
+    """Run one ModelStreamInfer call to its end (client half-close and every request answered)."""
+    session = StreamSession(engine, context)
+    reader = asyncio.get_running_loop().create_task(session.read_all())
+    done = False
+    try:
+        await session.write_all()
+        done = True
+    finally:
+        if not done:
+            session.cancel_all()
+        if not reader.done():
+            reader.cancel()
+        try:
+            await reader
+        except (asyncio.CancelledError, Exception) as e:
+            if not done and not isinstance(e, asyncio.CancelledError):
+                log.debug("stream reader ended with %r", e)
