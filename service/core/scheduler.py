@@ -7,10 +7,12 @@ reach the caller through `InferRequest.on_response`; schedulers wrap it once to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from service.core.stats import ModelStats
 from service.errors import ErrorCode, ServiceError
@@ -20,16 +22,53 @@ from service.workers.pool import InstancePool
 from service.workers.process import WorkerProcess
 
 
+class TimerHandle(Protocol):
+    """What Clock.call_later returns: something that can be cancelled."""
+
+    def cancel(self) -> None:
+        """Stop the timer from firing."""
+
+
+class Clock(Protocol):
+    """Time and timers for a scheduler; injectable so tests can drive time by hand."""
+
+    def now_ns(self) -> int:
+        """Monotonic time in ns (the same clock as InferRequest.arrival_ns)."""
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run `callback` on the event loop after `delay_s` seconds."""
+
+
+class LoopClock:
+    """The production clock: time.monotonic_ns and the running event loop's timers."""
+
+    __slots__ = ("loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def now_ns(self) -> int:
+        """time.monotonic_ns()."""
+        return time.monotonic_ns()
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> TimerHandle:
+        """loop.call_later."""
+        return self.loop.call_later(delay_s, callback)
+
+
 class _Track:
     """Per-request bookkeeping a scheduler keeps in `InferRequest.context`."""
 
-    __slots__ = ("dispatch_ns", "failed", "finished", "worker")
+    __slots__ = ("dispatch_ns", "enqueue_ns", "failed", "finished", "level", "state", "worker")
 
     def __init__(self) -> None:
         self.dispatch_ns = 0
+        self.enqueue_ns = 0
         self.failed = False
         self.finished = False
         self.worker: WorkerProcess | None = None
+        self.level = 0  # priority level index (dynamic batcher)
+        self.state = 0  # queue state (dynamic batcher): 0 not queued, 1 queued, 2 delayed
 
 
 class Scheduler(ABC):
@@ -68,14 +107,14 @@ class InstanceScheduler(Scheduler):
     (take the next batch to run from their queue, or None).
     """
 
-    def __init__(self, pool: InstancePool, stats: ModelStats) -> None:
+    def __init__(self, pool: InstancePool, stats: ModelStats, clock: Clock | None = None) -> None:
         self.pool = pool
         self.stats = stats
         self.idle: deque[WorkerProcess] = deque(pool.workers)
         self.running: dict[WorkerProcess, list[InferRequest]] = {}
         pool.on_available = self._on_available
         pool.on_lost = self._on_lost
-        self._loop = asyncio.get_running_loop()
+        self.clock: Clock = clock if clock is not None else LoopClock(asyncio.get_running_loop())
 
     @property
     def ready(self) -> bool:
@@ -104,13 +143,14 @@ class InstanceScheduler(Scheduler):
         request.context = track
         deliver = request.on_response
         stats = self.stats
+        now_ns = self.clock.now_ns
 
         def on_response(response: InferResponse) -> None:
             if response.error is not None:
                 track.failed = True
             if response.final and not track.finished:
                 track.finished = True
-                stats.record_end(not track.failed, time.monotonic_ns() - request.arrival_ns)
+                stats.record_end(not track.failed, now_ns() - request.arrival_ns)
             if deliver is not None:
                 deliver(response)
 
@@ -123,7 +163,7 @@ class InstanceScheduler(Scheduler):
 
     # ---- dispatch --------------------------------------------------------------------------------------
     def _dispatch(self, worker: WorkerProcess, batch: list[InferRequest]) -> None:
-        now = time.monotonic_ns()
+        now = self.clock.now_ns()
         for req in batch:
             track: Any = req.context
             if track is not None:
@@ -155,10 +195,8 @@ class InstanceScheduler(Scheduler):
         self._pump()
 
     def _on_lost(self, worker: WorkerProcess) -> None:
-        try:
+        with contextlib.suppress(ValueError):
             self.idle.remove(worker)
-        except ValueError:
-            pass
 
     def cancel_running(self, request: InferRequest) -> None:
         """Flag a running request as cancelled inside its worker."""
@@ -170,8 +208,10 @@ class InstanceScheduler(Scheduler):
 class DirectScheduler(InstanceScheduler):
     """Models without dynamic or sequence batching: one request per execution, FIFO, first idle instance."""
 
-    def __init__(self, pool: InstancePool, stats: ModelStats, max_queue_size: int = 0) -> None:
-        super().__init__(pool, stats)
+    def __init__(
+        self, pool: InstancePool, stats: ModelStats, max_queue_size: int = 0, clock: Clock | None = None
+    ) -> None:
+        super().__init__(pool, stats, clock)
         self.queue: deque[InferRequest] = deque()
         self.max_queue_size = max_queue_size
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from service.core.dynamic_batcher import DynamicBatcher
 from service.core.repository import ModelVersion
 from service.core.scheduler import DirectScheduler, Scheduler
 from service.errors import ErrorCode, ServiceError
@@ -16,4 +17,6 @@ def make_scheduler(mv: ModelVersion, pool: InstancePool | None) -> Scheduler:
         raise ServiceError(ErrorCode.UNSUPPORTED, f"model '{mv.name}': ensembles are not supported yet")
     if choice == "sequence_batching":
         raise ServiceError(ErrorCode.UNSUPPORTED, f"model '{mv.name}': sequence batching is not supported yet")
+    if choice == "dynamic_batching":
+        return DynamicBatcher(pool, mv.stats, config)
     return DirectScheduler(pool, mv.stats)
