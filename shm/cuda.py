@@ -35,6 +35,11 @@ def _cupy() -> Any:
     return cupy
 
 
+def require_cuda() -> None:
+    """Return when CUDA shared memory can be used here; CudaUnavailableError says why it cannot."""
+    _cupy()
+
+
 def cuda_available() -> bool:
     """True when cupy imports and at least one CUDA device is present."""
     try:

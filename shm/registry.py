@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from shm.cuda import CUDA_IPC_HANDLE_SIZE, CudaRegion, CudaUnavailableError, cuda_available
+from shm.cuda import CUDA_IPC_HANDLE_SIZE, CudaRegion, CudaUnavailableError, require_cuda
 from shm.errors import ShmError
 from shm.regions import CudaRegionInfo, ResolvedRegion, SystemRegionInfo
 from shm.system import SystemRegion, validate_key
@@ -75,13 +75,20 @@ class _Entry:
 class SharedMemoryRegistry:
     """Registered system and CUDA regions of one server; thread-safe."""
 
-    def __init__(self, cuda_opener: CudaOpener | None = None) -> None:
+    def __init__(
+        self, cuda_opener: CudaOpener | None = None, on_retire: Callable[[ResolvedRegion, bool], None] | None = None
+    ) -> None:
         """`cuda_opener(raw_handle, byte_size, device_id)` opens CUDA regions (default: cupy IPC).
 
         With the default opener, CUDA registration answers UNAVAILABLE on hosts without cupy or a GPU.
+        `on_retire(region, last_user_of_key)` is called (under no lock) when a region's mapping is closed, i.e.
+        after it was unregistered and its last in-flight reference was released; `last_user_of_key` is True
+        when no other live registration maps the same POSIX key or CUDA handle, so processes that mapped
+        it on their own (workers) may drop their mappings too.
         """
+        self.on_retire = on_retire
         self._cuda_opener = cuda_opener or open_cuda_region
-        self._gpu_present: Callable[[], bool] = cuda_available if cuda_opener is None else lambda: True
+        self._gpu_check: Callable[[], object] = require_cuda if cuda_opener is None else lambda: None
         self._lock = threading.Lock()
         self._by_name: dict[str, _Entry] = {}
         self._by_id: dict[int, _Entry] = {}  # registered, or unregistered but still referenced
@@ -130,8 +137,10 @@ class SharedMemoryRegistry:
         unavailable = ShmError(
             "UNAVAILABLE", f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
         )
-        if not self._gpu_present():
-            raise unavailable
+        try:
+            self._gpu_check()
+        except CudaUnavailableError:
+            raise unavailable from None
         with self._lock:
             if name in self._by_name:
                 raise ShmError("ALREADY_EXISTS", f"shared memory region '{name}' already in manager")
@@ -169,6 +178,7 @@ class SharedMemoryRegistry:
         self._unregister("", "cuda")
 
     def _unregister(self, name: str, kind: str) -> None:
+        retired: list[tuple[ResolvedRegion, bool]] = []
         with self._lock:
             if name:
                 entry = self._by_name.get(name)
@@ -179,11 +189,23 @@ class SharedMemoryRegistry:
                 del self._by_name[entry.resolved.name]
                 entry.registered = False
                 if entry.refs == 0:
-                    self._retire(entry)
+                    retired.append(self._retire(entry))
+        self._notify(retired)
 
-    def _retire(self, entry: _Entry) -> None:
+    def _retire(self, entry: _Entry) -> tuple[ResolvedRegion, bool]:
+        """Close an entry (lock held); returns it with whether it was the last live user of its key/handle."""
         del self._by_id[entry.resolved.region_id]
         entry.close()
+        r = entry.resolved
+        last = not any(
+            (e.resolved.key, e.resolved.raw_handle) == (r.key, r.raw_handle) for e in self._by_id.values()
+        )
+        return r, last
+
+    def _notify(self, retired: list[tuple[ResolvedRegion, bool]]) -> None:
+        if self.on_retire is not None:
+            for region, last in retired:
+                self.on_retire(region, last)
 
     # ---- status -------------------------------------------------------------------------------------
 
@@ -249,13 +271,15 @@ class SharedMemoryRegistry:
 
     def release(self, resolved: ResolvedRegion) -> None:
         """Drop a reference taken by acquire(); the last one closes an already unregistered region."""
+        retired: list[tuple[ResolvedRegion, bool]] = []
         with self._lock:
             entry = self._by_id.get(resolved.region_id)
             if entry is None or entry.refs == 0:
                 raise ShmError("INTERNAL", f"shared memory region '{resolved.name}' released more often than acquired")
             entry.refs -= 1
             if entry.refs == 0 and not entry.registered:
-                self._retire(entry)
+                retired.append(self._retire(entry))
+        self._notify(retired)
 
     @contextlib.contextmanager
     def use(self, resolved: ResolvedRegion) -> Iterator[ResolvedRegion]:

@@ -92,7 +92,7 @@ def serialize_bytes_array(array: np.ndarray) -> bytes:
     return serialize_bytes(array.reshape(-1, order="C").tolist())
 
 
-def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> list[bytes]:
+def deserialize_bytes(buffer: bytes | bytearray | memoryview, count: int | None = None) -> list[bytes]:
     """Split a length-prefixed buffer into its elements.
 
     Raises ValueError when a prefix runs past the end, or when `count` is given and does not match.
@@ -114,7 +114,7 @@ def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> l
     return out
 
 
-def bytes_to_numpy(buffer: bytes | memoryview, shape: Sequence[int]) -> np.ndarray:
+def bytes_to_numpy(buffer: bytes | bytearray | memoryview, shape: Sequence[int]) -> np.ndarray:
     """Object array of `bytes` with the given shape from a serialized BYTES buffer."""
     items = deserialize_bytes(buffer, element_count(shape))
     arr = np.empty(len(items), dtype=np.object_)
@@ -135,4 +135,4 @@ def numpy_to_raw(array: np.ndarray) -> bytes | memoryview:
         return serialize_bytes_array(array)
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
-    return memoryview(array).cast("B") if array.size else b""
+    return array.data.cast("B") if array.size else b""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,11 @@ from service.core.stats import ModelStats
 from service.core.validation import validate_request
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, ResponseCallback, ShmRef
+from shm.errors import ShmError
+from shm.tensor import element_count
+from shm.views import bytes_extent
+
+log = logging.getLogger("trireme.engine")
 
 SERVER_NAME = "triton"  # clients (and perf_analyzer) expect Triton's name
 EXTENSIONS = [
@@ -66,6 +72,10 @@ class Engine:
     def __init__(self, repository: ModelRepository, shm_registry: Any = None, strict_readiness: bool = True) -> None:
         self.repository = repository
         self.shm_registry = shm_registry
+        # shm regions held by requests between prepare() and their final response
+        self._shm_holds: dict[InferRequest, list[Any]] = {}
+        if shm_registry is not None:
+            shm_registry.on_retire = self._on_region_retired
         self.strict_readiness = strict_readiness
         self.live = True
         self.accepting = True
@@ -172,29 +182,113 @@ class Engine:
             raise ServiceError(ErrorCode.UNAVAILABLE, "Server is not accepting new inference requests (shutting down)")
         mv = self.repository.get(request.model_name, request.model_version)
         request.model_version = str(mv.version)
-        if self.shm_registry is not None:
-            self._resolve_shm(request)
-        assert mv.signature is not None
-        validate_request(request, mv.signature)
+        self._resolve_shm(request)
+        try:
+            assert mv.signature is not None
+            validate_request(request, mv.signature)
+            if request in self._shm_holds:
+                self._check_shm_bytes(request)
+        except BaseException:
+            self.release_shm(request)
+            raise
         request.arrival_ns = time.monotonic_ns()
         return mv
 
+    # ---- client shared memory ----------------------------------------------------------------------------
     def _resolve_shm(self, request: InferRequest) -> None:
-        for t in request.inputs:
-            if t.shm is not None and not t.shm.kind:
-                t.shm = self._resolve(t.shm)
-        for o in request.outputs:
-            if o.shm is not None and not o.shm.kind:
-                o.shm = self._resolve(o.shm)
+        """Resolve every shm reference of `request` and hold its regions until the final response.
 
-    def _resolve(self, ref: ShmRef) -> ShmRef:
-        from shm.errors import ShmError
-
+        Holding (registry.acquire) keeps an unregistered region mapped until the request is done; the
+        references are dropped by `release_shm` (called from the response hook that `_hold_shm` installs,
+        or directly when the request fails before it is enqueued).
+        """
+        held: list[Any] = []
         try:
-            r = self.shm_registry.resolve(ref.region, ref.offset, ref.byte_size)
+            for t in request.inputs:
+                if t.shm is not None and not t.shm.kind:
+                    t.shm = self._resolve(t.shm, held)
+            for o in request.outputs:
+                if o.shm is not None and not o.shm.kind:
+                    o.shm = self._resolve(o.shm, held)
+        except BaseException:
+            self._release(held)
+            raise
+        if held:
+            self._shm_holds[request] = held
+
+    def _resolve(self, ref: ShmRef, held: list[Any]) -> ShmRef:
+        registry = self.shm_registry
+        if registry is None:  # client shm disabled: no region can be registered
+            raise ServiceError(ErrorCode.NOT_FOUND, f"Unable to find shared memory region: '{ref.region}'")
+        try:
+            r = registry.resolve(ref.region, ref.offset, ref.byte_size)
+            registry.acquire(r)
         except ShmError as e:
             raise ServiceError(ErrorCode[e.code], e.message) from None
+        held.append(r)
         return ShmRef(r.name, r.kind, r.key, r.offset, r.byte_size, r.device_id, r.raw_handle)
+
+    def _check_shm_bytes(self, request: InferRequest) -> None:
+        """BYTES inputs in system shm: every length prefix must fit and the elements must fill byte_size."""
+        held = self._shm_holds.get(request, ())
+        for t in request.inputs:
+            if t.shm is None or t.datatype != "BYTES" or t.shm.kind != "system":
+                continue
+            region = next(r for r in held if r.name == t.shm.region and r.offset == t.shm.offset)
+            count = element_count(t.shape)
+            try:
+                extent = bytes_extent(self.shm_registry.read(region), count)
+            except ValueError as e:
+                raise self._bytes_error(request, t.name, str(e)) from None
+            if extent != t.shm.byte_size:
+                raise self._bytes_error(
+                    request, t.name, f"{count} elements use {extent} of the {t.shm.byte_size} bytes given"
+                )
+
+    @staticmethod
+    def _bytes_error(request: InferRequest, name: str, detail: str) -> ServiceError:
+        return ServiceError(
+            ErrorCode.INVALID_ARG,
+            f"[request id: {request.id or '<id_unknown>'}] input '{name}' for model '{request.model_name}' has "
+            f"malformed BYTES data in shared memory: {detail}",
+        )
+
+    def _hold_shm(self, request: InferRequest) -> None:
+        """Wrap request.on_response so the request's shm regions are released on its final response."""
+        if request not in self._shm_holds:
+            return
+        deliver = request.on_response
+
+        def on_response(response: InferResponse) -> None:
+            if response.final:
+                self.release_shm(request)
+            if deliver is not None:
+                deliver(response)
+
+        request.on_response = on_response
+
+    def release_shm(self, request: InferRequest) -> None:
+        """Drop the shm region references `request` holds (idempotent)."""
+        held = self._shm_holds.pop(request, None)
+        if held:
+            self._release(held)
+
+    def _release(self, held: list[Any]) -> None:
+        for r in held:
+            try:
+                self.shm_registry.release(r)
+            except ShmError:
+                log.exception("releasing shared memory region '%s'", r.name)
+
+    def _on_region_retired(self, region: Any, last_user: bool) -> None:
+        """A client region was unregistered and is no longer used: workers drop their own mappings of it."""
+        if not last_user or region.kind != "system":
+            return
+        for entry in list(self.repository.models.values()):
+            for mv in list(entry.versions.values()):
+                pool = mv.pool
+                for worker in list(pool.workers) if pool is not None else []:
+                    worker.unmap_client_segments([region.key])
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Run one request to completion (non-decoupled models)."""
@@ -212,8 +306,13 @@ class Engine:
                 future.set_result(response)
 
         request.on_response = on_response
+        self._hold_shm(request)
         assert mv.scheduler is not None
-        mv.scheduler.enqueue(request)
+        try:
+            mv.scheduler.enqueue(request)
+        except BaseException:
+            self.release_shm(request)
+            raise
         try:
             return await future
         except asyncio.CancelledError:
@@ -225,8 +324,13 @@ class Engine:
         """Start a request whose responses (one, or many for decoupled models) go to on_response."""
         mv = self.prepare(request)
         request.on_response = on_response
+        self._hold_shm(request)
         assert mv.scheduler is not None
-        mv.scheduler.enqueue(request)
+        try:
+            mv.scheduler.enqueue(request)
+        except BaseException:
+            self.release_shm(request)
+            raise
         return mv
 
     def cancel(self, request: InferRequest, mv: ModelVersion) -> None:

@@ -129,7 +129,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> pb.SystemSharedMemoryStatusResponse:
         try:
-            regions = self.engine.shm_registry.system_status(request.name) if self.engine.shm_registry else []
+            registry = self.engine.shm_registry
+            if registry is None and request.name:  # client shm disabled: nothing is registered
+                raise ShmError("NOT_FOUND", f"Unable to find system shared memory region: '{request.name}'")
+            regions = registry.system_status(request.name) if registry is not None else []
         except ShmError as e:
             await _abort(context, _shm_to_service(e))
         response = pb.SystemSharedMemoryStatusResponse()
@@ -161,7 +164,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> pb.CudaSharedMemoryStatusResponse:
         try:
-            regions = self.engine.shm_registry.cuda_status(request.name) if self.engine.shm_registry else []
+            registry = self.engine.shm_registry
+            if registry is None and request.name:
+                raise ShmError("NOT_FOUND", f"Unable to find cuda shared memory region: '{request.name}'")
+            regions = registry.cuda_status(request.name) if registry is not None else []
         except ShmError as e:
             await _abort(context, _shm_to_service(e))
         response = pb.CudaSharedMemoryStatusResponse()

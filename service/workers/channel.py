@@ -7,6 +7,7 @@ is. That keeps the common path free of thread hand-offs.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import socket
@@ -23,7 +24,11 @@ from shm.tensor import DATATYPE_TO_NUMPY, numpy_to_datatype, numpy_to_raw, raw_t
 
 
 class ClientSegments:
-    """Client POSIX segments mapped by key, reused across requests, remapped when the segment changes."""
+    """Client POSIX segments mapped by key, reused across requests, remapped when the segment changes.
+
+    The server sends ipc.Unmap when a region is unregistered and no longer used, so a client's segment is
+    not kept mapped here after the client is done with it.
+    """
 
     def __init__(self) -> None:
         self._maps: dict[str, tuple[int, int, mmap.mmap]] = {}
@@ -32,7 +37,10 @@ class ClientSegments:
     def buffer(self, key: str) -> memoryview:
         """The whole segment `key` as a writable memoryview."""
         path = "/dev/shm/" + key.lstrip("/")
-        st = os.stat(path)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise ValueError(f"Unable to open shared memory region: '{key}'") from None
         with self._lock:
             cached = self._maps.get(key)
             if cached is not None and cached[0] == st.st_ino and cached[1] == st.st_size:
@@ -42,8 +50,59 @@ class ClientSegments:
                 mapped = mmap.mmap(fd, st.st_size)
             finally:
                 os.close(fd)
+            if cached is not None:
+                _close_quietly(cached[2])
             self._maps[key] = (st.st_ino, st.st_size, mapped)
             return memoryview(mapped)
+
+    def drop(self, keys: list[str]) -> None:
+        """Forget (and unmap, unless a model still holds a view) the mappings of these keys."""
+        with self._lock:
+            for key in keys:
+                cached = self._maps.pop(key, None)
+                if cached is not None:
+                    _close_quietly(cached[2])
+
+    @property
+    def keys(self) -> list[str]:
+        """Keys currently mapped."""
+        with self._lock:
+            return list(self._maps)
+
+
+def _close_quietly(mapping: mmap.mmap) -> None:
+    """Unmap now, or leave it to garbage collection when numpy views of it are still alive."""
+    with contextlib.suppress(BufferError):
+        mapping.close()
+
+
+class ClientCudaRegions:
+    """Client CUDA allocations opened from their IPC handles (cupy imported on first use only)."""
+
+    def __init__(self) -> None:
+        self._regions: dict[tuple[bytes, int], Any] = {}
+        self._lock = threading.Lock()
+
+    def region(self, handle: bytes, device: int, min_size: int) -> Any:
+        """The opened shm.cuda.CudaRegion for (handle, device), at least `min_size` bytes long."""
+        from shm.cuda import CudaRegion
+
+        with self._lock:
+            cached = self._regions.get((handle, device))
+            if cached is not None and cached.byte_size >= min_size:
+                return cached
+            if cached is not None:
+                cached.close()
+            region = CudaRegion.open(handle, min_size, device)
+            self._regions[(handle, device)] = region
+            return region
+
+    def close(self) -> None:
+        """Close every opened handle."""
+        with self._lock:
+            for region in self._regions.values():
+                region.close()
+            self._regions.clear()
 
 
 class WorkerChannel:
@@ -59,6 +118,9 @@ class WorkerChannel:
         self.out_alloc: Allocator | None = None
         self._alloc_lock = threading.Lock()
         self.client_segments = ClientSegments()
+        self.client_cuda = ClientCudaRegions()
+        # FORCE_CPU_ONLY_INPUT_TENSORS: "no" in the model config: CUDA shm inputs stay on the GPU (cupy arrays)
+        self.gpu_inputs = False
         self.pending: dict[int, Future[Any]] = {}  # replies awaited by id (BLS)
         self.on_message: Callable[[Any], None] = lambda m: None
 
@@ -127,7 +189,10 @@ class WorkerChannel:
         if t.where == ipc.WHERE_SYSTEM_SHM:
             buf = self.client_segments.buffer(t.key)
             return raw_to_numpy(buf[t.offset : t.offset + t.nbytes], t.datatype, t.shape)
-        raise ValueError("CUDA shared-memory inputs need a GPU-capable backend")
+        region = self.client_cuda.region(t.handle, t.device, t.offset + t.nbytes)
+        if self.gpu_inputs and t.datatype != "BYTES":
+            return region.cupy_view(t.datatype, t.shape, t.offset)  # type: ignore[no-any-return]
+        return raw_to_numpy(region.read(t.offset, t.nbytes).data, t.datatype, t.shape)  # one device->host copy
 
     def numpy_to_tensor(self, name: str, array: np.ndarray, target: ipc.TensorMsg | None) -> ipc.TensorMsg:
         """Describe an output for the server; bytes go to the client's region, inline, or the out arena."""
@@ -138,8 +203,10 @@ class WorkerChannel:
         if target is not None:
             if nbytes > target.nbytes:
                 raise OutputTooLarge(name, target.nbytes, nbytes)
-            if target.where != ipc.WHERE_SYSTEM_SHM:
-                raise ValueError("CUDA shared-memory outputs need a GPU-capable backend")
+            if target.where == ipc.WHERE_CUDA_SHM:
+                region = self.client_cuda.region(target.handle, target.device, target.offset + target.nbytes)
+                region.write(target.offset, raw)
+                return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_CUDA_SHM, nbytes=nbytes)
             buf = self.client_segments.buffer(target.key)
             buf[target.offset : target.offset + nbytes] = raw
             return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_SYSTEM_SHM, nbytes=nbytes)

@@ -103,6 +103,12 @@ class Cancel(msgspec.Struct, tag="cancel", array_like=True):
     rids: list[int]
 
 
+class Unmap(msgspec.Struct, tag="unmap", array_like=True):
+    """Client shm segments (keys) that were unregistered and are no longer used: drop cached mappings."""
+
+    keys: list[str]
+
+
 class Shutdown(msgspec.Struct, tag="shutdown", array_like=True):
     """Finalize the model and exit."""
 
@@ -140,7 +146,7 @@ class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True):
     compute_output_ns: int = 0
 
 
-Message = Init | AutoComplete | Execute | Release | Cancel | Shutdown | Ready | Failed | Respond | ExecDone
+Message = Init | AutoComplete | Execute | Release | Cancel | Unmap | Shutdown | Ready | Failed | Respond | ExecDone
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(Message)

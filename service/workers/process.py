@@ -111,7 +111,7 @@ class WorkerProcess:
         self.batches: dict[int, tuple[list[int], DoneCallback]] = {}
         self._startup: asyncio.Future[Any] | None = None
         self._closed = asyncio.get_running_loop().create_future()
-        self.bytes_copied = 0  # payload bytes the server copied into the arena (zero-copy accounting)
+        self.bytes_copied = 0  # input payload bytes copied to this worker, arena or inline (zero-copy accounting)
         self.message_handlers: dict[type, Callable[[Any], None]] = {}
 
     # ---- lifecycle ------------------------------------------------------------------------------------
@@ -231,6 +231,7 @@ class WorkerProcess:
 
     def _request_message(self, rid: int, req: InferRequest, offsets: list[int]) -> ipc.RequestMsg:
         tensors = []
+        copied = 0  # input payload bytes this request costs in copies between the server and the worker
         for t in req.inputs:
             if t.shm is not None:
                 s = t.shm
@@ -251,6 +252,7 @@ class WorkerProcess:
                 continue
             data = t.data if t.data is not None else b""
             n = len(data)
+            copied += n
             if n <= ipc.INLINE_LIMIT:
                 tensors.append(ipc.TensorMsg(t.name, t.datatype, t.shape, data=bytes(data)))
                 continue
@@ -260,7 +262,6 @@ class WorkerProcess:
                 tensors.append(ipc.TensorMsg(t.name, t.datatype, t.shape, data=bytes(data)))
                 continue
             self.in_arena.buffer[off : off + n] = data
-            self.bytes_copied += n
             offsets.append(off)
             tensors.append(ipc.TensorMsg(t.name, t.datatype, t.shape, ipc.WHERE_ARENA, offset=off, nbytes=n))
         outputs = []
@@ -281,7 +282,24 @@ class WorkerProcess:
                     device=s.device_id,
                 )
             outputs.append(ipc.OutputSpec(o.name, target))
+        self.bytes_copied += copied
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "input copies: model '%s' request '%s': %d bytes copied to the worker, %d bytes read in place "
+                "from client shared memory; instance '%s' total %d bytes copied",
+                req.model_name,
+                req.id,
+                copied,
+                sum(t.shm.byte_size for t in req.inputs if t.shm is not None),
+                self.spec.instance_name,
+                self.bytes_copied,
+            )
         return ipc.RequestMsg(rid, req.id, tensors, outputs, req.parameters, req.flags, req.sequence_id, req.timeout_us)
+
+    def unmap_client_segments(self, keys: list[str]) -> None:
+        """Tell the worker to drop its own mappings of these client segments (they were unregistered)."""
+        if self.alive and self.transport is not None and not self.transport.is_closing():
+            self.send(ipc.Unmap(keys))
 
     def cancel(self, requests: list[InferRequest]) -> None:
         """Mark running requests cancelled inside the worker (pb_utils is_cancelled())."""

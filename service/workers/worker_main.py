@@ -77,6 +77,8 @@ class Worker:
                     req = self.requests.get(rid)
                     if req is not None:
                         req.cancelled = True
+        elif isinstance(message, ipc.Unmap):
+            self.channel.client_segments.drop(message.keys)
         elif isinstance(message, ipc.Shutdown):
             self.running = False
         else:
