@@ -489,6 +489,17 @@ class ResponseIterator:
     def __next__(self) -> InferenceResponse:
         return next(self._source)
 
+    def __aiter__(self) -> ResponseIterator:
+        return self
+
+    async def __anext__(self) -> InferenceResponse:
+        """`async for` over the responses: each wait runs in the loop's default executor."""
+        loop = asyncio.get_running_loop()
+        response = await loop.run_in_executor(None, next, self._source, None)
+        if response is None:
+            raise StopAsyncIteration
+        return response
+
     def cancel(self) -> None:
         """Ask the server to cancel the BLS request."""
         if self._cancel is not None:
@@ -672,3 +683,7 @@ class ModelConfig:
     def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
         """Set model_transaction_policy, e.g. {"decoupled": True}."""
         self._model_config["model_transaction_policy"] = dict(transaction_policy_dict)
+
+
+# Trireme extension (opt-in): stacked-batch execute helpers, see docs/batching.md.
+from service.workers.pb_stub.batching import batched, execute_batched  # noqa: E402, F401
