@@ -11,6 +11,7 @@ import sys
 import uvloop
 
 from service.config import ServerConfig
+from service.core.bls import BlsServer
 from service.core.engine import Engine
 from service.core.repository import READY, ModelRepository, RepositoryOptions
 from service.core.schedulers import make_scheduler
@@ -76,9 +77,14 @@ class Server:
             log_verbose=config.log_verbose,
             arena_bytes=config.arena_bytes,
         )
-        self.repository = ModelRepository(config.model_repositories, options, make_scheduler)
+        self.bls = BlsServer()  # requests Python models send to other models
+        options.attach_worker = self.bls.attach
+        self.repository = ModelRepository(
+            config.model_repositories, options, lambda mv, pool: make_scheduler(mv, pool, self.engine)
+        )
         self.shm_registry = SharedMemoryRegistry() if config.allow_client_shm else None
         self.engine = Engine(self.repository, self.shm_registry, config.strict_readiness)
+        self.bls.engine = self.engine
         self.grpc_server = None
         self.grpc_port = 0
         self._stop = asyncio.Event()

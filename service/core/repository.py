@@ -76,6 +76,8 @@ class RepositoryOptions:
     gpu_count: int = 0
     log_verbose: int = 0
     arena_bytes: int = 256 << 20
+    # called with every worker process started (BLS server: routes the worker's BLS messages)
+    attach_worker: Callable[[Any], None] | None = None
 
 
 SchedulerFactory = Callable[[ModelVersion, "InstancePool | None"], Scheduler]
@@ -252,6 +254,7 @@ class ModelRepository:
                             device_id=device,
                             arena_bytes=self.options.arena_bytes,
                             log_verbose=self.options.log_verbose,
+                            attach=self.options.attach_worker,
                         )
                     )
         return specs

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from service.core.dynamic_batcher import DynamicBatcher
 from service.core.repository import ModelVersion
 from service.core.scheduler import DirectScheduler, Scheduler
@@ -9,10 +11,17 @@ from service.errors import ErrorCode, ServiceError
 from service.workers.pool import InstancePool
 
 
-def make_scheduler(mv: ModelVersion, pool: InstancePool | None) -> Scheduler:
-    """Direct, dynamic-batching, sequence or ensemble scheduler, as the config's scheduling_choice says."""
+def make_scheduler(mv: ModelVersion, pool: InstancePool | None, engine: Any = None) -> Scheduler:
+    """Direct, dynamic-batching, sequence or ensemble scheduler, as the config's scheduling_choice says.
+
+    `engine` (service.core.engine.Engine) is what an ensemble submits its steps to.
+    """
     config = mv.config
     choice = config.WhichOneof("scheduling_choice")
+    if choice == "ensemble_scheduling" and engine is not None:
+        from service.core.ensemble import EnsembleScheduler
+
+        return EnsembleScheduler(mv, engine)
     if choice == "ensemble_scheduling" or pool is None:
         raise ServiceError(ErrorCode.UNSUPPORTED, f"model '{mv.name}': ensembles are not supported yet")
     if choice == "sequence_batching":

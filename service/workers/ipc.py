@@ -146,7 +146,68 @@ class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True):
     compute_output_ns: int = 0
 
 
-Message = Init | AutoComplete | Execute | Release | Cancel | Unmap | Shutdown | Ready | Failed | Respond | ExecDone
+class BlsRequest(msgspec.Struct, tag="bls", array_like=True, omit_defaults=True):
+    """A model asks the server to run a request on another model (BLS); replies are BlsResponse(reply_to=id).
+
+    Large inputs live in the worker's output arena (WHERE_ARENA); the server sends Release for them after
+    the final reply. `release` returns input-arena blocks of earlier BlsResponse outputs the model dropped.
+    """
+
+    id: int
+    model_name: str
+    model_version: str = ""
+    inputs: list[TensorMsg] = []
+    outputs: list[str] = []
+    request_id: str = ""
+    parameters: dict[str, Any] = {}
+    flags: int = 0
+    correlation_id: int | str = 0
+    timeout_us: int = 0
+    decoupled: bool = False
+    release: list[int] = []
+
+
+class BlsResponse(msgspec.Struct, tag="blsresp", array_like=True, omit_defaults=True):
+    """One response to BlsRequest `reply_to`; large outputs are in the worker's input arena (WHERE_ARENA)."""
+
+    reply_to: int
+    outputs: list[TensorMsg] = []
+    parameters: dict[str, Any] = {}
+    error_code: int = -1
+    error: str = ""
+    final: bool = True
+    null: bool = False
+
+
+class BlsCancel(msgspec.Struct, tag="blscancel", array_like=True):
+    """The model cancelled BLS request `id` (ResponseIterator.cancel())."""
+
+    id: int
+
+
+class BlsRelease(msgspec.Struct, tag="blsrelease", array_like=True):
+    """The model no longer uses these input-arena blocks (outputs of BLS responses)."""
+
+    offsets: list[int]
+
+
+Message = (
+    Init
+    | AutoComplete
+    | Execute
+    | Release
+    | Cancel
+    | Unmap
+    | Shutdown
+    | Ready
+    | Failed
+    | Respond
+    | ExecDone
+    | BlsRequest
+    | BlsResponse
+    | BlsCancel
+    | BlsRelease
+)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(Message)

@@ -41,6 +41,8 @@ class InstanceSpec:
     start_timeout_s: float = 120.0
     log_verbose: int = 0
     env: dict[str, str] = field(default_factory=dict)
+    # called with every WorkerProcess made from this spec (restarts too), e.g. to add message_handlers (BLS)
+    attach: Callable[[WorkerProcess], None] | None = None
 
 
 @dataclass(slots=True)
@@ -113,6 +115,8 @@ class WorkerProcess:
         self._closed = asyncio.get_running_loop().create_future()
         self.bytes_copied = 0  # input payload bytes copied to this worker, arena or inline (zero-copy accounting)
         self.message_handlers: dict[type, Callable[[Any], None]] = {}
+        if spec.attach is not None:
+            spec.attach(self)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 from service.errors import ErrorCode
 from service.workers import ipc
 from service.workers.backend import Backend, BackendContext, WorkerRequest, load_backend_class
+from service.workers.bls_client import BlsClient
 from service.workers.channel import OutputTooLarge, WorkerChannel
 
 log = logging.getLogger("trireme.worker")
@@ -40,6 +41,7 @@ class Worker:
         self.backend: Backend | None = None
         self.output_names = [o["name"] for o in self.config.get("output", [])]
         self.running = True
+        self.bls = BlsClient(channel)  # pb_utils.runtime.bls: requests from this model to others
 
     def start(self) -> None:
         """Map arenas, create and initialize the backend, and report Ready or Failed."""
@@ -57,6 +59,7 @@ class Worker:
                 instance_name=init.instance_name,
                 instance_kind=init.instance_kind,
                 device_id=init.device_id,
+                bls=self.bls,
             )
             self.backend = backend_cls(context)
             self.backend.initialize()
@@ -79,6 +82,8 @@ class Worker:
                         req.cancelled = True
         elif isinstance(message, ipc.Unmap):
             self.channel.client_segments.drop(message.keys)
+        elif isinstance(message, ipc.BlsResponse):
+            self.bls.on_response(message)
         elif isinstance(message, ipc.Shutdown):
             self.running = False
         else:
@@ -139,6 +144,7 @@ class Worker:
             for req in batch:
                 if not req.closed:
                     req.fail(ErrorCode.INTERNAL, "model returned no response for the request")
+        self.bls.flush()
         self.channel.send(ipc.ExecDone(ex.batch_id, t1 - t0, t2 - t1, 0))
 
     def respond(
