@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +39,17 @@ max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 """
+CRASH_MODEL = """
+import os
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        data = pb_utils.get_input_tensor_by_name(requests[0], "INPUT0").as_numpy()
+        if data[0, 0] < 0:
+            os._exit(1)  # the worker dies while the request holds its shm region
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", data)]) for _ in requests]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +57,7 @@ def shm_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("shm_repo")
     copy_example(repo, "add_sub", "identity_bytes", "identity_fp32_any")
     write_model(repo, "slow_double", SLOW_CONFIG, SLOW_MODEL)
+    write_model(repo, "crash_on_negative", SLOW_CONFIG.replace("slow_double", "crash_on_negative"), CRASH_MODEL)
     return repo
 
 
@@ -147,9 +161,7 @@ def test_add_sub_through_input_and_output_regions(
     assert client.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
 
 
-def test_mixed_shm_and_raw_inputs_with_offsets(
-    client: grpcclient.InferenceServerClient, region: RegionFactory
-) -> None:
+def test_mixed_shm_and_raw_inputs_with_offsets(client: grpcclient.InferenceServerClient, region: RegionFactory) -> None:
     key, handle = region(8192)
     a = np.arange(4, dtype=np.float32) + 0.5
     shm.set_shared_memory_region(handle, [a], offset=4096 + 100)
@@ -279,7 +291,6 @@ def test_unregister_while_in_flight(
         outputs=[shm_output("OUTPUT0", "busy", 1024, offset=1024)],
     )
     deadline = 5.0
-    import time
 
     start = time.monotonic()
     while not any(maps_key(pid, key) for pid in server.worker_pids()) and time.monotonic() - start < deadline:
@@ -288,7 +299,7 @@ def test_unregister_while_in_flight(
     assert client.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
     while not done and time.monotonic() - start < deadline + 5:
         time.sleep(0.01)
-    result, error = done[0]
+    _result, error = done[0]
     assert error is None
     np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [1, 256], offset=1024), data * 2)
     # once the request is done, neither the server nor any worker keeps the client's segment mapped
@@ -302,6 +313,35 @@ def test_unregister_while_in_flight(
     client.register_system_shared_memory("busy", key, 2048)
 
 
+def test_worker_crash_releases_the_region(
+    server: ServerProcess, client: grpcclient.InferenceServerClient, region: RegionFactory
+) -> None:
+    key, handle = region(64)
+    shm.set_shared_memory_region(handle, [np.full((1, 4), -1.0, dtype=np.float32)])
+    client.register_system_shared_memory("doomed", key, 64)
+    with pytest.raises(InferenceServerException) as excinfo:
+        client.infer("crash_on_negative", [shm_input("INPUT0", [1, 4], "FP32", "doomed", 16)])
+    assert status_code(excinfo) == "StatusCode.UNAVAILABLE"
+    assert client.get_system_shared_memory_status("doomed", as_json=True)["regions"]["doomed"]["key"] == key
+    # the failed request released its reference: unregistering unmaps the segment in the server at once
+    client.unregister_system_shared_memory("doomed")
+    assert not maps_key(server.proc.pid, key)
+    # the restarted instance serves shm requests again
+    shm.set_shared_memory_region(handle, [np.ones((1, 4), dtype=np.float32)])
+    client.register_system_shared_memory("doomed", key, 64)
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            result = client.infer("crash_on_negative", [shm_input("INPUT0", [1, 4], "FP32", "doomed", 16)])
+            break
+        except InferenceServerException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.ones((1, 4), dtype=np.float32))
+
+
 def test_cuda_shared_memory_on_cpu_host(client: grpcclient.InferenceServerClient) -> None:
     pytest.importorskip("tritonclient.grpc")
     from shm.cuda import cuda_available
@@ -311,7 +351,6 @@ def test_cuda_shared_memory_on_cpu_host(client: grpcclient.InferenceServerClient
     client.unregister_cuda_shared_memory()  # unregister-all succeeds without a GPU
     client.unregister_cuda_shared_memory("anything")
     assert client.get_cuda_shared_memory_status(as_json=True).get("regions", {}) == {}
-    import base64
 
     with pytest.raises(InferenceServerException) as excinfo:
         client.register_cuda_shared_memory("gpu0", base64.b64encode(bytes(64)), 0, 1024)
@@ -323,7 +362,6 @@ def test_cuda_shared_memory_on_cpu_host(client: grpcclient.InferenceServerClient
 
 
 def test_client_shm_disabled(start_server: Any, region: RegionFactory) -> None:
-    before = shm_entries()
     server = start_server(args=["--allow-client-shm=false"])
     c = grpcclient.InferenceServerClient(server.url)
     try:
@@ -349,4 +387,4 @@ def test_client_shm_disabled(start_server: Any, region: RegionFactory) -> None:
     finally:
         c.close()
         server.stop()
-    assert shm_entries() - before <= {key.lstrip("/")}
+    assert not [n for n in shm_entries() if n.startswith(f"trireme_{server.proc.pid}_")]
