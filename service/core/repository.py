@@ -233,10 +233,24 @@ class ModelRepository:
         specs = []
         for group in config.instance_group:
             kind = KIND_NAMES.get(group.kind, "CPU")
-            if kind == "GPU" and self.options.gpu_count == 0:
+            if kind == "GPU" and not group.gpus:
                 raise ServiceError(
                     ErrorCode.INVALID_ARG,
                     f"instance group {group.name} of model {mv.name} has kind KIND_GPU but no GPUs are available",
+                )
+            for gpu in group.gpus if kind == "GPU" else []:
+                if not 0 <= gpu < self.options.gpu_count:
+                    raise ServiceError(
+                        ErrorCode.INVALID_ARG,
+                        f"instance group {group.name} of model {mv.name} specifies invalid or unsupported gpu id "
+                        f"{gpu}. GPUs with at least the minimum required CUDA compute compatibility of 6.0 are: "
+                        + ", ".join(str(g) for g in range(self.options.gpu_count)),
+                    )
+            if kind in ("CPU", "MODEL") and group.gpus:
+                raise ServiceError(
+                    ErrorCode.INVALID_ARG,
+                    f"instance group {group.name} of model {mv.name} has kind KIND_{kind} but specifies one or "
+                    "more GPUs",
                 )
             devices = list(group.gpus) if kind == "GPU" else [0]
             for device in devices:
