@@ -25,7 +25,9 @@ def make_scheduler(mv: ModelVersion, pool: InstancePool | None, engine: Any = No
     if choice == "ensemble_scheduling" or pool is None:
         raise ServiceError(ErrorCode.UNSUPPORTED, f"model '{mv.name}': ensembles are not supported yet")
     if choice == "sequence_batching":
-        raise ServiceError(ErrorCode.UNSUPPORTED, f"model '{mv.name}': sequence batching is not supported yet")
+        from service.core.sequence_batcher import SequenceBatcher
+
+        return SequenceBatcher(pool, mv.stats, config, mv.model_dir)
     if choice == "dynamic_batching":
         return DynamicBatcher(pool, mv.stats, config)
     return DirectScheduler(pool, mv.stats)

@@ -39,7 +39,9 @@ class Worker:
         self.requests_lock = threading.Lock()
         self.executions: list[ipc.Execute] = []
         self.backend: Backend | None = None
-        self.output_names = [o["name"] for o in self.config.get("output", [])]
+        self.output_names = [o["name"] for o in self.config.get("output", [])] + [
+            s["output_name"] for s in self.config.get("sequence_batching", {}).get("state", [])
+        ]  # implicit state outputs are outputs too
         self.running = True
         self.bls = BlsClient(channel)  # pb_utils.runtime.bls: requests from this model to others
 
