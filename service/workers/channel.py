@@ -153,6 +153,21 @@ class WorkerChannel:
         with self._read_lock:
             return self.recv()
 
+    def read_one_unless(self, ready: Callable[[], bool]) -> Any:
+        """read_one(), unless `ready()` is true once the read lock is held (then None, nothing read)."""
+        with self._read_lock:
+            return None if ready() else self.recv()
+
+    def try_read_one(self, handle: Callable[[Any], None]) -> bool:
+        """If nobody is reading, read one message and hand it to `handle` before releasing the read lock."""
+        if not self._read_lock.acquire(blocking=False):
+            return False
+        try:
+            handle(self.recv())
+        finally:
+            self._read_lock.release()
+        return True
+
     def wait_for(self, future: Future[Any]) -> Any:
         """Block until `future` is resolved, reading and dispatching frames while nobody else reads."""
         while not future.done():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import sys
@@ -28,6 +29,30 @@ from service.workers.channel import OutputTooLarge, WorkerChannel
 log = logging.getLogger("trireme.worker")
 
 
+class ExecutionReader:
+    """While a batch executes, a thread reads the frames that cannot wait for it (Cancel above all)."""
+
+    def __init__(self, channel: WorkerChannel, on_message: Any) -> None:
+        self.channel = channel
+        self.on_message = on_message
+        self.executing = threading.Event()
+        threading.Thread(target=self._run, name="execution-reader", daemon=True).start()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self.channel.sock.fileno(), select.POLLIN)
+        while True:
+            self.executing.wait()
+            while self.executing.is_set():
+                if not poller.poll(20) or not self.executing.is_set():
+                    continue
+                try:
+                    if not self.channel.try_read_one(self.on_message):
+                        time.sleep(0.001)  # the main loop is reading
+                except (EOFError, OSError):
+                    return
+
+
 class Worker:
     """Holds the backend and turns messages into backend calls and backend answers into messages."""
 
@@ -43,6 +68,7 @@ class Worker:
             s["output_name"] for s in self.config.get("sequence_batching", {}).get("state", [])
         ]  # implicit state outputs are outputs too
         self.running = True
+        self.reader: ExecutionReader | None = None
         self.bls = BlsClient(channel)  # pb_utils.runtime.bls: requests from this model to others
 
     def start(self) -> None:
@@ -97,9 +123,12 @@ class Worker:
     def serve(self) -> None:
         """The main loop: read, execute batches in arrival order, until Shutdown or EOF."""
         self.channel.on_message = self.on_message
+        self.reader = ExecutionReader(self.channel, self.on_message)
         while self.running:
             if not self.executions:
-                self.on_message(self.channel.read_one())
+                message = self.channel.read_one_unless(lambda: bool(self.executions))
+                if message is not None:
+                    self.on_message(message)
                 continue
             self.run_batch(self.executions.pop(0))
         if self.backend is not None:
@@ -133,6 +162,8 @@ class Worker:
             for req in batch:
                 self.requests[req.rid] = req
         t1 = time.perf_counter_ns()
+        if self.reader is not None:
+            self.reader.executing.set()
         try:
             if batch:
                 self.backend.execute(batch)
@@ -142,6 +173,8 @@ class Worker:
                 if not req.closed:
                     req.fail(ErrorCode.INTERNAL, message)
         t2 = time.perf_counter_ns()
+        if self.reader is not None:
+            self.reader.executing.clear()
         if not self.backend.decoupled:
             for req in batch:
                 if not req.closed:
