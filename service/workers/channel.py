@@ -111,6 +111,7 @@ class WorkerChannel:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._send_lock = threading.Lock()
+        self._corked: list[bytes] | None = None
         self._read_lock = threading.Lock()
         self._buf = bytearray(1 << 16)
         self.in_arena: ArenaMap | None = None
@@ -126,10 +127,27 @@ class WorkerChannel:
 
     # ---- framing -------------------------------------------------------------------------------------
     def send(self, message: Any) -> None:
-        """Send one message (thread-safe)."""
+        """Send one message (thread-safe); responses are held back while corked (requests never are)."""
         frame = ipc.encode(message)
         with self._send_lock:
-            self.sock.sendall(frame)
+            if self._corked is not None and type(message) is ipc.Respond:
+                self._corked.append(frame)
+            else:
+                self.sock.sendall(frame)
+
+    def cork(self) -> None:
+        """Hold frames back until uncork(), so a batch's responses and ExecDone leave in one write."""
+        with self._send_lock:
+            self._corked = []
+
+    def uncork(self, last: Any = None) -> None:
+        """Send the held frames (plus `last`) in one write and stop holding."""
+        with self._send_lock:
+            frames, self._corked = self._corked or [], None
+            if last is not None:
+                frames.append(ipc.encode(last))
+            if frames:
+                self.sock.sendall(b"".join(frames))
 
     def _recv_exact(self, n: int) -> memoryview:
         if len(self._buf) < n:

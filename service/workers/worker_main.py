@@ -162,6 +162,10 @@ class Worker:
             for req in batch:
                 self.requests[req.rid] = req
         t1 = time.perf_counter_ns()
+        # non-decoupled responses all come during execute: send them with ExecDone in one write
+        corked = not self.backend.decoupled
+        if corked:
+            self.channel.cork()
         if self.reader is not None:
             self.reader.executing.set()
         try:
@@ -180,7 +184,11 @@ class Worker:
                 if not req.closed:
                     req.fail(ErrorCode.INTERNAL, "model returned no response for the request")
         self.bls.flush()
-        self.channel.send(ipc.ExecDone(ex.batch_id, t1 - t0, t2 - t1, 0))
+        done = ipc.ExecDone(ex.batch_id, t1 - t0, t2 - t1, 0)
+        if corked:
+            self.channel.uncork(done)
+        else:
+            self.channel.send(done)
 
     def respond(
         self,

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command of the README: creates .venv if needed, installs Trireme with its test extras, runs the
+# proto drift check, the linters and the whole test suite. Works on a fresh machine (pip registry only).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e ".[dev]"
+# optional framework backends: the CPU torch wheel (never a CUDA build from the index) and onnxruntime
+.venv/bin/python -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
+  || .venv/bin/python -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch 2>/dev/null \
+  || echo "note: torch not installable here; pytorch backend tests will be skipped"
+.venv/bin/python -m pip install -q onnx onnxruntime 2>/dev/null || echo "note: onnxruntime not installable; skipped"
+# real perf_analyzer + Triton for the compatibility tests (skipped when unavailable)
+ANCHORS_SCRIPT=${ANCHORS_SCRIPT:-../shared/tools/install-anchors.sh}
+if [ -f "$ANCHORS_SCRIPT" ] && [ -z "${TRIREME_SKIP_ANCHORS:-}" ]; then
+  bash "$ANCHORS_SCRIPT" >/dev/null 2>&1 || echo "note: anchors (perf_analyzer) could not be installed; those tests skip"
+fi
+.venv/bin/python tools/gen_protos.py --check
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+.venv/bin/python -m pytest -q "$@"
