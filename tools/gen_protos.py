@@ -40,6 +40,26 @@ def generate(out_dir: Path) -> None:
         rc = protoc.main(args)
     if rc != 0:
         raise SystemExit(f"protoc failed for {protos}")
+    use_private_pool(out_dir)
+
+
+POOL_LINE = "_descriptor_pool.Default().AddSerializedFile("
+PRIVATE_POOL_LINE = "PROTOS_POOL.AddSerializedFile("
+POOL_IMPORT = "from protos._pool import PROTOS_POOL\n"
+
+
+def use_private_pool(out_dir: Path) -> None:
+    """Point the generated *_pb2.py files at our own descriptor pool (protos/_pool.py).
+
+    tritonclient's generated code registers the same `inference.*` names in protobuf's default pool; with a
+    private pool both can live in one process (tests, and user code that imports both).
+    """
+    for path in (out_dir / "protos").glob("*_pb2.py"):
+        text = path.read_text()
+        if POOL_LINE in text:
+            text = text.replace(POOL_LINE, PRIVATE_POOL_LINE)
+            text = text.replace("# @@protoc_insertion_point(imports)\n", POOL_IMPORT + "# @@protoc_insertion_point(imports)\n", 1)
+            path.write_text(text)
 
 
 def generated_files(base: Path) -> dict[str, bytes]:
