@@ -205,7 +205,8 @@ class TritonPythonModel:
 
     def out(self, v):
         shape = [1, 1] if self.batching else [1]
-        return pb_utils.Tensor("OUTPUT", np.full(shape, v, dtype=np.int32))
+        wrapped = (v + 2**31) % 2**32 - 2**31  # int32 overflow wraps, as in C
+        return pb_utils.Tensor("OUTPUT", np.full(shape, wrapped, dtype=np.int32))
 """
 
 
