@@ -12,6 +12,8 @@ from typing import Any
 from protos import model_config_pb2 as mc
 from service.core import model_config as cfg
 from service.core.autocomplete import run_auto_complete
+from service.core.ensemble import LoadBarrier
+from service.core.ensemble_graph import step_model_names
 from service.core.scheduler import Scheduler
 from service.core.stats import ModelStats
 from service.core.validation import ModelSignature, tensor_spec
@@ -128,6 +130,7 @@ class ModelRepository:
         self.scheduler_factory = scheduler_factory
         self.models: dict[str, ModelEntry] = {}
         self._lock = asyncio.Lock()
+        self.load_barrier = LoadBarrier()  # ensembles load after the models their steps use
 
     def scan(self) -> dict[str, str]:
         """Model name -> model directory across all repositories (names must be unique)."""
@@ -172,11 +175,17 @@ class ModelRepository:
         except ServiceError as e:
             entry.error, entry.state = e.message, UNAVAILABLE
             log.error("failed to load model '%s': %s", name, e.message)
+            self.load_barrier.notify()
             return
         entry.error = ""
+        if config.platform == "ensemble":
+            await self.load_barrier.wait(
+                name, step_model_names(config), lambda n: n in self.models and self.models[n].state == LOADING
+            )
         loaded = await asyncio.gather(*(self._load_version(entry, config, v) for v in versions))
         entry.versions = {mv.version: mv for mv in loaded}
         entry.state = READY if any(mv.state == READY for mv in loaded) else UNAVAILABLE
+        self.load_barrier.notify()
         for mv in old.values():
             await self._stop_version(mv)
 
