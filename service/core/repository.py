@@ -18,6 +18,7 @@ from service.core.scheduler import Scheduler
 from service.core.stats import ModelStats
 from service.core.validation import ModelSignature, tensor_spec
 from service.errors import ErrorCode, ServiceError
+from service.workers.backend import visible_gpu_count
 from service.workers.pool import InstancePool
 from service.workers.process import InstanceSpec
 
@@ -75,7 +76,7 @@ class RepositoryOptions:
 
     auto_complete: bool = True
     model_config_name: str = ""
-    gpu_count: int = 0
+    gpu_count: int = field(default_factory=visible_gpu_count)  # KIND_AUTO -> KIND_GPU when > 0
     log_verbose: int = 0
     arena_bytes: int = 256 << 20
     # called with every worker process started (BLS server: routes the worker's BLS messages)

@@ -82,6 +82,9 @@ class Backend(ABC):
 
     #: whether execute() may return before every request has its final response (decoupled models)
     decoupled: bool = False
+    #: whether inputs in CUDA shared memory reach execute() as device arrays (cupy, no host copy) instead of
+    #: numpy copies; read by the worker after initialize()
+    device_inputs: bool = False
 
     def __init__(self, context: BackendContext) -> None:
         self.context = context

@@ -91,6 +91,7 @@ class Worker:
             )
             self.backend = backend_cls(context)
             self.backend.initialize()
+            self.channel.gpu_inputs = self.channel.gpu_inputs or self.backend.device_inputs
         except BaseException as e:
             self.channel.send(ipc.Failed(_describe(e)))
             raise SystemExit(1) from None
