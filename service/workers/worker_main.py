@@ -76,6 +76,8 @@ class Worker:
         init = self.init
         try:
             self.channel.map_arenas(init.in_arena, init.out_arena)
+            force_cpu = self.config.get("parameters", {}).get("FORCE_CPU_ONLY_INPUT_TENSORS", {})
+            self.channel.gpu_inputs = str(force_cpu.get("string_value", "yes")).lower() == "no"
             backend_cls = load_backend_class(init.backend)
             context = BackendContext(
                 model_name=init.model_name,

@@ -13,7 +13,10 @@ from tests.conftest import shm_entries
 
 PERF_ANALYZER = os.environ.get("PERF_ANALYZER", "/tmp/trireme-anchors/bin/perf_analyzer")
 
-pytestmark = pytest.mark.skipif(not os.access(PERF_ANALYZER, os.X_OK), reason="perf_analyzer is not installed")
+pytestmark = [
+    pytest.mark.anchors,
+    pytest.mark.skipif(not os.access(PERF_ANALYZER, os.X_OK), reason="perf_analyzer is not installed"),
+]
 
 
 @pytest.mark.parametrize(("elements", "output_bytes"), [(16, 102400), (262144, 1 << 20)])

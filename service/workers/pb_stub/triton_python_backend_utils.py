@@ -238,8 +238,8 @@ class Tensor:
         return list(self._array.shape)
 
     def is_cpu(self) -> bool:
-        """True: CPU tensors (GPU tensors arrive through CUDA shared memory on GPU machines)."""
-        return True
+        """False for GPU tensors (cupy arrays over a client's CUDA shm region), True otherwise."""
+        return isinstance(self._array, np.ndarray)
 
     def to_dlpack(self) -> Any:
         """A DLPack capsule of the tensor (CPU)."""

@@ -1,0 +1,205 @@
+"""Benchmark: identity requests of 16 B to 64 MiB, without and with system shared memory, Trireme vs Triton.
+
+Both servers serve the same Python-backend model (service/example_models/identity_fp32_any, a plain Triton
+model) and are measured by the real perf_analyzer at concurrency 1, interleaved in rounds (the server order
+alternates per round). Needs ../shared/tools/install-anchors.sh (/tmp/trireme-anchors/bin/...).
+
+Usage: .venv/bin/python tests/bench/bench_shm.py [--rounds 2] [--sizes 16 1048576 16777216 67108864]
+Prints a markdown table of medians: infer/s, avg and p99 latency per server, size and transport, and the
+median per-round ratio Trireme/Triton of infer/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ANCHORS = Path(os.environ.get("ANCHORS", "/tmp/trireme-anchors"))
+MODEL = "identity_fp32_any"
+ARENA = 256 << 20  # Trireme's default worker arena; Triton's Python-backend pool gets the same size
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    """Wait until something listens on port (or the process dies)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"port {port} not open after {timeout_s} s")
+
+
+def start(name: str, repo: Path, port: int, log: Path) -> subprocess.Popen:
+    """Start Trireme or real Triton on repo."""
+    if name == "trireme":
+        cmd = [
+            sys.executable,
+            "-m",
+            "service",
+            "serve",
+            "--grpc-address",
+            "127.0.0.1",
+            "--grpc-port",
+            str(port),
+            "--model-repository",
+            str(repo),
+        ]
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    cmd = [
+        str(ANCHORS / "bin" / "tritonserver"),
+        f"--model-repository={repo}",
+        f"--grpc-port={port}",
+        f"--http-port={free_port()}",
+        f"--metrics-port={free_port()}",
+        "--allow-metrics=false",
+        f"--backend-config=python,shm-default-byte-size={ARENA}",
+    ]
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def request_count(size: int) -> int:
+    """Requests per measurement window: enough for small tensors, bounded for large ones."""
+    return 300 if size <= 1 << 20 else (15 if size <= 16 << 20 else 5)
+
+
+def perf(port: int, size: int, use_shm: bool, out: Path, attempts: int = 4) -> dict[str, float]:
+    """perf_analyzer at concurrency 1, retried when this noisy VM gives no stable window (looser each time)."""
+    error = RuntimeError("no attempt")
+    for attempt in range(attempts):
+        try:
+            return perf_once(port, size, use_shm, out, stability=100 * (attempt + 1))
+        except RuntimeError as e:
+            error = e
+            print(f"perf_analyzer attempt {attempt + 1} failed; retrying", file=sys.stderr, flush=True)
+    raise error
+
+
+def perf_once(port: int, size: int, use_shm: bool, out: Path, stability: int) -> dict[str, float]:
+    """One perf_analyzer measurement at concurrency 1; infer/s and avg/p50/p99 latency in µs."""
+    cmd = [
+        str(ANCHORS / "bin" / "perf_analyzer"),
+        "-m",
+        MODEL,
+        "-i",
+        "grpc",
+        "-u",
+        f"127.0.0.1:{port}",
+        "--shape",
+        f"INPUT0:{size // 4}",
+        "--concurrency-range",
+        "1:1",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        str(request_count(size)),
+        "-s",
+        str(stability),
+        "--max-trials",
+        "8",
+        "--percentile",
+        "99",
+        "-f",
+        str(out),
+    ]
+    if use_shm:
+        cmd += ["--shared-memory", "system", "--output-shared-memory-size", str(size)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if res.returncode != 0 or not out.exists():
+        raise RuntimeError(f"perf_analyzer failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    with out.open() as f:
+        row = next(csv.DictReader(f))
+    ips = float(row["Inferences/Second"])
+    # concurrency 1 with synchronous calls: the average latency is the inverse of the throughput
+    return {"ips": ips, "avg": 1e6 / ips, "p50": float(row["p50 latency"]), "p99": float(row["p99 latency"])}
+
+
+def label(size: int) -> str:
+    """16 B, 1 MiB, ..."""
+    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B"
+
+
+def main() -> None:
+    """Interleave the servers in rounds and print the table."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[16, 1 << 20, 16 << 20, 64 << 20])
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench_shm_"))
+    repo = work / "repo"
+    repo.mkdir()
+    shutil.copytree(ROOT / "service" / "example_models" / MODEL, repo / MODEL)
+    names = ("trireme", "triton")
+    ports = {n: free_port() for n in names}
+    procs = {n: start(n, repo, ports[n], work / f"{n}.log") for n in names}
+    results: dict[tuple[str, int, bool], list[dict[str, float]]] = {}
+    try:
+        for n, proc in procs.items():
+            wait_port(ports[n], proc)
+        time.sleep(3)
+        for r in range(args.rounds):
+            order = names if r % 2 == 0 else names[::-1]
+            for size in args.sizes:
+                for use_shm in (False, True):
+                    for n in order:
+                        out = work / f"{n}_{size}_{use_shm}_{r}.csv"
+                        res = perf(ports[n], size, use_shm, out)
+                        results.setdefault((n, size, use_shm), []).append(res)
+                        print(
+                            f"round {r} {label(size)} shm={use_shm} {n}: {res['ips']:.1f} infer/s "
+                            f"avg {res['avg']:.0f} us",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+    finally:
+        for proc in procs.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+    def med(rows: list[dict[str, float]], key: str) -> float:
+        return statistics.median(x[key] for x in rows)
+
+    print(
+        f"| size | transport | Trireme infer/s | Triton infer/s | Trireme/Triton (median of {args.rounds}) |"
+        " Trireme avg/p99 µs | Triton avg/p99 µs |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for size in args.sizes:
+        for use_shm in (False, True):
+            a, b = results[("trireme", size, use_shm)], results[("triton", size, use_shm)]
+            ratios = [x["ips"] / y["ips"] for x, y in zip(a, b, strict=True)]
+            print(
+                f"| {label(size)} | {'system shm' if use_shm else 'gRPC bytes'} | {med(a, 'ips'):.1f} |"
+                f" {med(b, 'ips'):.1f} | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
+                f" {med(a, 'avg'):.0f}/{med(a, 'p99'):.0f} | {med(b, 'avg'):.0f}/{med(b, 'p99'):.0f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
