@@ -155,7 +155,7 @@ def start_server(repo: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
 
 def perf(model: str, port: int, concurrency: int, stability: list[str], out: Path) -> float:
     """One perf_analyzer measurement (retried with looser stability on this noisy VM); infer/s."""
-    for flags in (stability, ["-p", "3000", "-s", "50", "-r", "10"]):
+    for flags in (stability, ["-p", "3000", "-s", "50", "-r", "10"], ["-p", "3000", "-s", "100", "-r", "3"]):
         cmd = [
             str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}",
             "--concurrency-range", f"{concurrency}:{concurrency}", *flags, "-f", str(out),
@@ -211,7 +211,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--skip-perf", action="store_true", help="only the in-process stacking micro-benchmark")
     ap.add_argument("--stability", default="-p 2000 -s 30 -r 8", help="perf_analyzer stability flags")
+    ap.add_argument("--only", nargs="*", default=[], help="run only scenarios whose label contains one of these")
     args = ap.parse_args()
+    runs = [run for run in RUNS if not args.only or any(word in run[0] for word in args.only)]
 
     print("## stacking helper micro-benchmark (in-process, µs per request)\n")
     print("| batch | hand-written loop | @pb_utils.batched | overhead per request |")
@@ -231,7 +233,7 @@ def main() -> None:
         proc = start_server(repo, port, Path(tmp) / "server.log")
         try:
             for r in range(args.rounds):
-                for label, model, c in RUNS:
+                for label, model, c in runs:
                     before = mean_batch(port, model)
                     ips = perf(model, port, c, args.stability.split(), Path(tmp) / "pa.csv")
                     after = mean_batch(port, model)
@@ -250,13 +252,15 @@ def main() -> None:
     print("\n## perf_analyzer (gRPC), infer/s, median over rounds\n")
     print("| run | infer/s | rounds | mean executed batch size |")
     print("|---|---|---|---|")
-    for label, _, _ in RUNS:
+    for label, _, _ in runs:
         values = results[label]
         mean = statistics.median(batches[label])
         print(f"| {label} | {statistics.median(values):.1f} | {', '.join(f'{v:.0f}' for v in values)} | {mean:.2f} |")
     print("\n| ratio | median of per-round ratios | per round |")
     print("|---|---|---|")
     for name, top, bottom in RATIOS:
+        if not results[top] or not results[bottom]:
+            continue
         per_round = [a / b for a, b in zip(results[top], results[bottom], strict=True)]
         print(f"| {name} | {statistics.median(per_round):.2f} | {', '.join(f'{x:.2f}' for x in per_round)} |")
 

@@ -100,8 +100,8 @@ def execute_batched(requests: list[Any], fn: BatchFn, batch_dim: bool = True) ->
     along a new leading axis and output row i goes to request i. An exception in `fn` becomes an error
     response for every request of that call.
     """
-    if not requests:
-        return []
+    if len(requests) < 2:
+        return _run_group(requests, fn, batch_dim) if requests else []
     groups: dict[tuple[Any, ...], list[int]] = {}
     for index, request in enumerate(requests):
         groups.setdefault(_group_key(request, batch_dim), []).append(index)
