@@ -21,7 +21,15 @@ import grpc
 import numpy as np
 
 from load.client import InferenceClient, request_suffix
-from protos import grpc_service_pb2 as pb
+from load.transports import (
+    AsyncTransport,
+    SharedStream,
+    UnaryFutures,
+    is_final,
+    parse_stream,
+    parse_unary,
+    rpc_message,
+)
 
 FLAG_SEQUENCE_END = 1
 FLAG_DELAYED = 2
@@ -29,8 +37,6 @@ RESPONSES_SHIFT = 2  # flags >> RESPONSES_SHIFT = number of responses (decoupled
 DELAY_TOLERANCE_NS = 1_000_000  # a request-rate send later than this behind schedule counts as delayed
 
 now_ns = time.monotonic_ns
-_parse_unary = pb.ModelInferResponse.FromString
-_parse_stream = pb.ModelStreamInferResponse.FromString
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class Collected:
     recv_ns: int = 0
     completed: int = 0
     sent: int = 0
+    cpu_ns: int = 0  # CPU time of the load process(es): threads, gRPC and all
     error: str | None = None
 
 
@@ -137,7 +144,7 @@ class LocalEngine:
         self._lock = threading.Lock()
         self._idle = threading.Event()
         self._idle.set()
-        self._transport: _AsyncTransport | None = None
+        self._transport: AsyncTransport | None = None
         self._seq_ids = itertools.count()
         self._seq_streams = itertools.count(spec.process_index)
         self._rng = np.random.default_rng(spec.seed + 7919 * spec.process_index)
@@ -188,7 +195,7 @@ class LocalEngine:
         chunk = recs[:n]
         del recs[:n]
         arr = np.array(chunk, dtype=np.int64).reshape(-1, 3)
-        out = Collected(arr, sent=self._sent, error=self._error)
+        out = Collected(arr, sent=self._sent, cpu_ns=time.process_time_ns(), error=self._error)
         for c in self._counters:
             out.send_ns += c.send_ns
             out.recv_ns += c.recv_ns
@@ -241,7 +248,7 @@ class LocalEngine:
         return c
 
     def _unary_slot(self, source: _Source, ctr: _Counters) -> None:
-        call, record, stop, parse = self._infer, self._records.append, self._stop, _parse_unary
+        call, record, stop, parse = self._infer, self._records.append, self._stop, parse_unary
         while not stop.is_set():
             t0 = now_ns()
             body, flags = source.next()
@@ -249,7 +256,7 @@ class LocalEngine:
             try:
                 resp = call(body)
             except grpc.RpcError as err:
-                self._fail(_rpc_message(err))
+                self._fail(rpc_message(err))
                 return
             t2 = now_ns()
             parse(resp)
@@ -273,13 +280,13 @@ class LocalEngine:
                 while True:
                     raw = next(responses)
                     t2 = now_ns()
-                    msg = _parse_stream(raw)
+                    msg = parse_stream(raw)
                     t3 = now_ns()
                     recv += t3 - t2
                     if msg.error_message:
                         self._fail(msg.error_message)
                         return
-                    final = not decoupled or _is_final(msg)
+                    final = not decoupled or is_final(msg)
                     if msg.infer_response.outputs or not final or count == 0:
                         count, last = count + 1, t3
                     if final:
@@ -289,7 +296,7 @@ class LocalEngine:
                 ctr.completed += 1
                 record((t0, last, flags | count << RESPONSES_SHIFT))
         except grpc.RpcError as err:
-            self._fail(_rpc_message(err))
+            self._fail(rpc_message(err))
         except StopIteration:
             self._fail("the server closed the inference stream")
         finally:
@@ -375,104 +382,7 @@ class LocalEngine:
 
         return done
 
-    def _make_transport(self) -> _AsyncTransport:
+    def _make_transport(self) -> AsyncTransport:
         if self.spec.streaming:
-            return _SharedStream(self._stream_call, self.spec.decoupled, self._fail)
-        return _UnaryFutures(self._infer)
-
-
-Done = Callable[[int, "str | None", int, int], None]  # (end_ns, error, responses, recv_ns)
-
-
-class _AsyncTransport:
-    def submit(self, body: bytes, done: Done) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Release the transport (in-flight requests are abandoned)."""
-
-
-class _UnaryFutures(_AsyncTransport):
-    """ModelInfer futures; completions run on gRPC's callback thread."""
-
-    def __init__(self, call: Any) -> None:
-        self._call = call
-
-    def submit(self, body: bytes, done: Done) -> None:
-        def finished(fut: Any) -> None:
-            t2 = now_ns()
-            err = fut.exception()
-            if err is not None:
-                done(t2, _rpc_message(err), 0, 0)
-                return
-            _parse_unary(fut.result())
-            t3 = now_ns()
-            done(t3, None, 1, t3 - t2)
-
-        self._call.future(body).add_done_callback(finished)
-
-
-class _SharedStream(_AsyncTransport):
-    """One ModelStreamInfer stream; responses are matched to requests by request id on a reader thread."""
-
-    def __init__(self, stream_call: Any, decoupled: bool, fail: Callable[[str], None]) -> None:
-        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._pending: dict[str, tuple[Done, list[int]]] = {}
-        self._ids = itertools.count(1)
-        self._decoupled = decoupled
-        self._fail = fail
-        self._responses = stream_call(iter(self._queue.get, None))
-        self._reader = threading.Thread(target=self._read, daemon=True, name="load-stream-reader")
-        self._reader.start()
-
-    def submit(self, body: bytes, done: Done) -> None:
-        rid = str(next(self._ids))
-        self._pending[rid] = (done, [0, 0, 0])  # responses, last non-empty end, recv ns
-        self._queue.put(body + request_suffix(request_id=rid))
-
-    def _read(self) -> None:
-        try:
-            for raw in self._responses:
-                t2 = now_ns()
-                msg = _parse_stream(raw)
-                t3 = now_ns()
-                rid = msg.infer_response.id
-                entry = self._pending.get(rid)
-                if entry is None:
-                    continue
-                done, acc = entry
-                acc[2] += t3 - t2
-                if msg.error_message:
-                    del self._pending[rid]
-                    done(t3, msg.error_message, 0, acc[2])
-                    continue
-                final = not self._decoupled or _is_final(msg)
-                if msg.infer_response.outputs or not final or acc[0] == 0:
-                    acc[0], acc[1] = acc[0] + 1, t3
-                if final:
-                    del self._pending[rid]
-                    done(acc[1], None, acc[0], acc[2])
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.CANCELLED:
-                self._fail(_rpc_message(err))
-        for done, _acc in list(self._pending.values()):
-            done(now_ns(), "the inference stream ended before the response arrived", 0, 0)
-        self._pending.clear()
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._reader.join(5.0)
-        if self._reader.is_alive():
-            self._responses.cancel()
-            self._reader.join(5.0)
-
-
-def _is_final(msg: pb.ModelStreamInferResponse) -> bool:
-    param = msg.infer_response.parameters.get("triton_final_response")
-    return bool(param.bool_param) if param is not None else True
-
-
-def _rpc_message(err: BaseException) -> str:
-    if isinstance(err, grpc.RpcError) and hasattr(err, "code"):
-        return f"{err.code().name}: {err.details()}"
-    return str(err)
+            return SharedStream(self._stream_call, self.spec.decoupled, self._fail)
+        return UnaryFutures(self._infer)

@@ -114,6 +114,7 @@ class Measurement:
     recv_ns: int = 0
     completed: int = 0
     sent: int = 0
+    cpu_ns: int = 0
     server: ServerStats | None = None
 
     @property
@@ -162,6 +163,7 @@ def merge(parts: Iterable[Measurement]) -> Measurement:
         recv_ns=sum(m.recv_ns for m in items),
         completed=sum(m.completed for m in items),
         sent=sum(m.sent for m in items),
+        cpu_ns=sum(m.cpu_ns for m in items),
         server=server,
     )
 
@@ -294,6 +296,7 @@ class Profiler:
             recv_ns=got.recv_ns - prev.recv_ns,
             completed=got.completed - prev.completed,
             sent=got.sent - prev.sent,
+            cpu_ns=got.cpu_ns - prev.cpu_ns,
             server=server,
         )
 

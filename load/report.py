@@ -93,6 +93,11 @@ def format_level(r: LevelResult, include_server: bool = True) -> str:
         f"    Avg gRPC time: {total:.0f} usec ((un)marshal request/response {send + recv:.0f} usec + "
         f"response wait {max(0.0, total - send - recv):.0f} usec)"
     )
+    if m.cpu_ns and m.request_count:
+        out.append(
+            f"    Client CPU: {m.cpu_ns / m.duration_ns:.2f} cores, "
+            f"{m.cpu_ns / m.request_count / 1000:.0f} usec per request"
+        )
     if include_server and m.server is not None:
         s = m.server
         out.append("  Server: ")
@@ -210,7 +215,13 @@ def result_dict(r: LevelResult) -> dict[str, Any]:
         "duration_s": seconds,
         "window_infer_per_sec": r.window_rates,
         "latency_us": lat,
-        "client": {"send_us": send, "recv_us": recv, "network_server_us": network_misc_us(m)},
+        "client": {
+            "send_us": send,
+            "recv_us": recv,
+            "network_server_us": network_misc_us(m),
+            "cpu_cores": m.cpu_ns / m.duration_ns if m.duration_ns else 0.0,
+            "cpu_us_per_request": m.cpu_ns / m.request_count / 1000 if m.request_count else 0.0,
+        },
         "sequence_count": m.sequences,
         "delayed_count": m.delayed,
         "send_rate": m.sent / seconds,

@@ -49,7 +49,8 @@ def _worker_main(conn: Connection, url: str, streams: list[list[bytes]], spec: L
                 conn.send(("ok", None))
             elif cmd == "take":
                 c = engine.take()
-                conn.send(("taken", (c.records.tobytes(), c.send_ns, c.recv_ns, c.completed, c.sent, c.error)))
+                payload = (c.records.tobytes(), c.send_ns, c.recv_ns, c.completed, c.sent, c.cpu_ns, c.error)
+                conn.send(("taken", payload))
             elif cmd == "stop":
                 engine.stop_load()
                 conn.send(("ok", None))
@@ -107,12 +108,13 @@ class ProcessEngine:
         parts: list[np.ndarray] = []
         out = Collected(np.empty((0, 3), dtype=np.int64))
         for conn in self._conns:
-            raw, send_ns, recv_ns, completed, sent, error = self._reply(conn)
+            raw, send_ns, recv_ns, completed, sent, cpu_ns, error = self._reply(conn)
             parts.append(np.frombuffer(raw, dtype=np.int64).reshape(-1, 3))
             out.send_ns += send_ns
             out.recv_ns += recv_ns
             out.completed += completed
             out.sent += sent
+            out.cpu_ns += cpu_ns
             if error and self._error is None:
                 self._error = error
         out.records = np.concatenate(parts) if parts else out.records
