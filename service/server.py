@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 
+import grpc
 import uvloop
 
 from service.config import ServerConfig
@@ -85,7 +86,7 @@ class Server:
         self.shm_registry = SharedMemoryRegistry() if config.allow_client_shm else None
         self.engine = Engine(self.repository, self.shm_registry, config.strict_readiness)
         self.bls.engine = self.engine
-        self.grpc_server = None
+        self.grpc_server: grpc.aio.Server | None = None
         self.grpc_port = 0
         self._stop = asyncio.Event()
 

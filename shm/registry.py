@@ -197,9 +197,7 @@ class SharedMemoryRegistry:
         del self._by_id[entry.resolved.region_id]
         entry.close()
         r = entry.resolved
-        last = not any(
-            (e.resolved.key, e.resolved.raw_handle) == (r.key, r.raw_handle) for e in self._by_id.values()
-        )
+        last = not any((e.resolved.key, e.resolved.raw_handle) == (r.key, r.raw_handle) for e in self._by_id.values())
         return r, last
 
     def _notify(self, retired: list[tuple[ResolvedRegion, bool]]) -> None:

@@ -58,7 +58,9 @@ def use_private_pool(out_dir: Path) -> None:
         text = path.read_text()
         if POOL_LINE in text:
             text = text.replace(POOL_LINE, PRIVATE_POOL_LINE)
-            text = text.replace("# @@protoc_insertion_point(imports)\n", POOL_IMPORT + "# @@protoc_insertion_point(imports)\n", 1)
+            text = text.replace(
+                "# @@protoc_insertion_point(imports)\n", POOL_IMPORT + "# @@protoc_insertion_point(imports)\n", 1
+            )
             path.write_text(text)
 
 

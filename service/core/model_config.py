@@ -106,9 +106,9 @@ def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int = 0) -> No
         config.name = model_name
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
-    if config.HasField("dynamic_batching") and config.max_batch_size > 0:
-        if not config.dynamic_batching.preferred_batch_size:
-            config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
+    db = config.dynamic_batching
+    if config.HasField("dynamic_batching") and config.max_batch_size > 0 and not db.preferred_batch_size:
+        db.preferred_batch_size.append(config.max_batch_size)
     if config.HasField("sequence_batching"):
         sb = config.sequence_batching
         if sb.max_sequence_idle_microseconds == 0:

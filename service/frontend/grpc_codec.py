@@ -119,11 +119,13 @@ def _shm_params(params: Any, tensor: str) -> ShmRef | None:
     if region is None:
         if offset_p is not None:
             raise invalid_arg(
-                f"'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+                f"'shared_memory_offset' can not be specified without 'shared_memory_region' parameter "
+                f"for tensor '{tensor}'"
             )
         if size_p is not None:
             raise invalid_arg(
-                f"'shared_memory_byte_size' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+                f"'shared_memory_byte_size' can not be specified without 'shared_memory_region' "
+                f"parameter for tensor '{tensor}'"
             )
         return None
     if region.WhichOneof("parameter_choice") != "string_param":
@@ -132,7 +134,8 @@ def _shm_params(params: Any, tensor: str) -> ShmRef | None:
         )
     if size_p is None:
         raise invalid_arg(
-            f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{tensor}'"
+            f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter "
+            f"for tensor '{tensor}'"
         )
     if size_p.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param"):
         raise invalid_arg(
@@ -173,14 +176,16 @@ def decode_infer_request(msg: pb.ModelInferRequest) -> InferRequest:
         if shm is not None:
             if has_contents:
                 raise invalid_arg(
-                    f"unexpected 'content' provided when using shared memory for input tensor '{t.name}' for model '{msg.model_name}'"
+                    f"unexpected 'content' provided when using shared memory for input tensor '{t.name}' "
+                    f"for model '{msg.model_name}'"
                 )
             inputs.append(InputTensor(t.name, t.datatype, list(t.shape), None, shm))
             continue
         if has_contents:
             if raw_count:
                 raise invalid_arg(
-                    f"contents field must not be specified when using raw_input_contents for '{t.name}' for model '{msg.model_name}'"
+                    f"contents field must not be specified when using raw_input_contents for '{t.name}' "
+                    f"for model '{msg.model_name}'"
                 )
             inputs.append(InputTensor(t.name, t.datatype, list(t.shape), _typed_contents(t)))
             continue
@@ -192,7 +197,8 @@ def decode_infer_request(msg: pb.ModelInferRequest) -> InferRequest:
         raw_index += 1
     if raw_index < raw_count:
         raise invalid_arg(
-            f"raw_input_contents has {raw_count} entries but only {raw_index} inputs use raw data for model '{msg.model_name}'"
+            f"raw_input_contents has {raw_count} entries but only {raw_index} inputs use raw data for "
+            f"model '{msg.model_name}'"
         )
     for o in msg.outputs:
         out = RequestedOutput(o.name)

@@ -8,6 +8,7 @@ reuse the space. The segment name is unlinked as soon as both sides have mapped 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import mmap
 import os
 
@@ -38,18 +39,15 @@ class ArenaMap:
 
     def unlink(self) -> None:
         """Remove the name from /dev/shm (the memory lives while mapped)."""
-        try:
+        with contextlib.suppress(posix_ipc.ExistentialError):
             posix_ipc.unlink_shared_memory(self.name)
-        except posix_ipc.ExistentialError:
-            pass
 
     def close(self) -> None:
         """Unmap; a view still held elsewhere keeps the mapping alive until it is dropped."""
         self.buffer.release()
-        try:
+        # numpy views over the arena may still be alive: then the mapping goes with them
+        with contextlib.suppress(BufferError):
             self.mmap.close()
-        except BufferError:
-            pass  # numpy views over the arena are still alive; the mapping goes with them
 
 
 class Allocator:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -194,10 +195,8 @@ class WorkerProcess:
     async def kill(self) -> None:
         """Kill the process (if running), close the socket and unmap arenas."""
         if self.proc is not None and self.proc.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             await self.proc.wait()
         if self.transport is not None:
             self.transport.close()
@@ -316,7 +315,7 @@ class WorkerProcess:
         if isinstance(message, ipc.Respond):
             self._on_respond(message)
         elif isinstance(message, ipc.ExecDone):
-            rids, on_done = self.batches.pop(message.batch_id, ([], None))
+            _rids, on_done = self.batches.pop(message.batch_id, ([], None))
             if on_done is not None:
                 on_done(self, message)
         elif isinstance(message, ipc.Ready | ipc.Failed):

@@ -49,23 +49,53 @@ def wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 90) -> None:
 
 def start_trireme(repo: Path, port: int, log: Path) -> subprocess.Popen:
     """Trireme on repo."""
-    cmd = [sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
-           "--model-repository", str(repo)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "service",
+        "serve",
+        "--grpc-address",
+        "127.0.0.1",
+        "--grpc-port",
+        str(port),
+        "--model-repository",
+        str(repo),
+    ]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
 def start_triton(repo: Path, port: int, log: Path) -> subprocess.Popen:
     """Real Triton 2.51 on repo."""
-    cmd = [str(ANCHORS / "bin" / "tritonserver"), f"--model-repository={repo}", f"--grpc-port={port}",
-           f"--http-port={free_port()}", f"--metrics-port={free_port()}", "--allow-metrics=false"]
+    cmd = [
+        str(ANCHORS / "bin" / "tritonserver"),
+        f"--model-repository={repo}",
+        f"--grpc-port={port}",
+        f"--http-port={free_port()}",
+        f"--metrics-port={free_port()}",
+        "--allow-metrics=false",
+    ]
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
 def perf(model: str, port: int, concurrency: int, extra: list[str], out: Path) -> dict[str, float]:
     """One perf_analyzer measurement; returns infer/s, p50 and p99 (µs)."""
-    cmd = [str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}",
-           "--concurrency-range", f"{concurrency}:{concurrency}", *STABILITY,
-           "--percentile", "99", "-f", str(out), *extra]
+    cmd = [
+        str(ANCHORS / "bin" / "perf_analyzer"),
+        "-m",
+        model,
+        "-i",
+        "grpc",
+        "-u",
+        f"127.0.0.1:{port}",
+        "--concurrency-range",
+        f"{concurrency}:{concurrency}",
+        *STABILITY,
+        "--percentile",
+        "99",
+        "-f",
+        str(out),
+        *extra,
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
         raise RuntimeError(f"perf_analyzer failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
@@ -90,8 +120,10 @@ def main() -> None:
     repo.mkdir()
     shutil.copytree(Path(args.repo) / args.model, repo / args.model)
     ports = {"trireme": free_port(), "triton": free_port()}
-    procs = {"trireme": start_trireme(repo, ports["trireme"], work / "trireme.log"),
-             "triton": start_triton(repo, ports["triton"], work / "triton.log")}
+    procs = {
+        "trireme": start_trireme(repo, ports["trireme"], work / "trireme.log"),
+        "triton": start_triton(repo, ports["triton"], work / "triton.log"),
+    }
     try:
         for name, proc in procs.items():
             wait_port(ports[name], proc)
@@ -103,8 +135,10 @@ def main() -> None:
                     res = perf(args.model, ports[name], c, args.extra_pa_args.split(), work / f"{name}_{c}_{r}.csv")
                     results.setdefault((name, c), []).append(res)
                     print(f"round {r} c={c} {name}: {res['ips']:.0f} infer/s p50 {res['p50']:.0f} us", file=sys.stderr)
-        print(f"| model | c | Trireme infer/s | Triton infer/s | ratio (median of {args.rounds} rounds) |"
-              " Trireme p50/p99 µs | Triton p50/p99 µs |")
+        print(
+            f"| model | c | Trireme infer/s | Triton infer/s | ratio (median of {args.rounds} rounds) |"
+            " Trireme p50/p99 µs | Triton p50/p99 µs |"
+        )
         print("|---|---|---|---|---|---|---|")
         for c in args.concurrency:
             a, b = results[("trireme", c)], results[("triton", c)]
@@ -113,9 +147,11 @@ def main() -> None:
             def med(rows: list[dict[str, float]], key: str) -> float:
                 return statistics.median(x[key] for x in rows)
 
-            print(f"| {args.model} | {c} | {med(a, 'ips'):.0f} | {med(b, 'ips'):.0f} | {statistics.median(ratios):.2f}"
-                  f" ({min(ratios):.2f}-{max(ratios):.2f}) | {med(a, 'p50'):.0f}/{med(a, 'p99'):.0f} |"
-                  f" {med(b, 'p50'):.0f}/{med(b, 'p99'):.0f} |")
+            print(
+                f"| {args.model} | {c} | {med(a, 'ips'):.0f} | {med(b, 'ips'):.0f} | {statistics.median(ratios):.2f}"
+                f" ({min(ratios):.2f}-{max(ratios):.2f}) | {med(a, 'p50'):.0f}/{med(a, 'p99'):.0f} |"
+                f" {med(b, 'p50'):.0f}/{med(b, 'p99'):.0f} |"
+            )
     finally:
         for proc in procs.values():
             proc.send_signal(signal.SIGTERM)

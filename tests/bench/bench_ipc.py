@@ -21,7 +21,7 @@ import numpy as np
 import uvloop
 
 from service.core import model_config as cfg
-from service.types import InferRequest, InferResponse, InputTensor
+from service.types import InferRequest, InputTensor
 from service.workers import ipc
 from service.workers.process import InstanceSpec, WorkerProcess
 
@@ -33,8 +33,15 @@ def _spec() -> InstanceSpec:
     config, _, _ = cfg.read_config(str(MODEL_DIR))
     cfg.fill_backend(config, str(MODEL_DIR), [1])
     cfg.normalize(config, "identity_fp32_any")
-    return InstanceSpec("python", "identity_fp32_any", "1", str(MODEL_DIR), str(MODEL_DIR / "1"), cfg.to_json(config),
-                        "identity_fp32_any_0_0")
+    return InstanceSpec(
+        "python",
+        "identity_fp32_any",
+        "1",
+        str(MODEL_DIR),
+        str(MODEL_DIR / "1"),
+        cfg.to_json(config),
+        "identity_fp32_any_0_0",
+    )
 
 
 async def _round_trips(worker: WorkerProcess, nbytes: int, iterations: int) -> list[float]:
@@ -100,12 +107,16 @@ async def main_async(iterations: int) -> None:
             times = await _round_trips(worker, nbytes, n)
             where = "inline frame" if nbytes <= ipc.INLINE_LIMIT else "shm arena"
             q = statistics.quantiles(times, n=10)
-            print(f"| {nbytes} B | worker hop ({where}) | {statistics.median(times) * 1e6:.0f} | {q[8] * 1e6:.0f} |"
-                  " execute→identity model→response+ExecDone |")
+            print(
+                f"| {nbytes} B | worker hop ({where}) | {statistics.median(times) * 1e6:.0f} | {q[8] * 1e6:.0f} |"
+                " execute→identity model→response+ExecDone |"
+            )
             echo = _socket_echo(nbytes, n)
             q = statistics.quantiles(echo, n=10)
-            print(f"| {nbytes} B | bare socketpair echo (thread) | {statistics.median(echo) * 1e6:.0f} |"
-                  f" {q[8] * 1e6:.0f} | floor: bytes both ways, no framing |")
+            print(
+                f"| {nbytes} B | bare socketpair echo (thread) | {statistics.median(echo) * 1e6:.0f} |"
+                f" {q[8] * 1e6:.0f} | floor: bytes both ways, no framing |"
+            )
     finally:
         await worker.stop()
 

@@ -149,7 +149,9 @@ def test_repository_index(grpc_client: grpcclient.InferenceServerClient) -> None
 def test_unknown_model_and_version(grpc_client: grpcclient.InferenceServerClient) -> None:
     x = _input("INPUT0", np.ones((1, 16), np.float32), "FP32")
     _expect_error(
-        lambda: grpc_client.infer("missing_model", [x]), "StatusCode.NOT_FOUND", "Request for unknown model: 'missing_model'"
+        lambda: grpc_client.infer("missing_model", [x]),
+        "StatusCode.NOT_FOUND",
+        "Request for unknown model: 'missing_model'",
     )
     _expect_error(
         lambda: grpc_client.infer("identity_fp32", [x], model_version="3"),

@@ -72,7 +72,9 @@ def _wait_ready(client: grpcclient.InferenceServerClient, model: str, timeout_s:
 
 
 @pytest.mark.parametrize(("trigger", "how"), [(1.0, "os._exit"), (2.0, "segfault")])
-def test_crashing_stub_fails_only_its_request_and_restarts(tmp_path: Path, start_server, trigger: float, how: str) -> None:
+def test_crashing_stub_fails_only_its_request_and_restarts(
+    tmp_path: Path, start_server, trigger: float, how: str
+) -> None:
     write_model(tmp_path, "crashy", CRASHY_CONFIG, CRASHY_MODEL)
     copy_example(tmp_path, "identity_fp32")
     server = start_server([tmp_path])
@@ -123,7 +125,9 @@ def test_kill_9_of_stub_fails_in_flight_requests_and_recovers(tmp_path: Path, st
 
 def test_broken_models_next_to_working_ones(tmp_path: Path, start_server) -> None:
     copy_example(tmp_path, "add_sub")
-    write_model(tmp_path, "bad_config", 'name: "bad_config"\nbackend: "python"\ninput [ { name: "X" data_typ: TYPE_FP32 } ]\n')
+    write_model(
+        tmp_path, "bad_config", 'name: "bad_config"\nbackend: "python"\ninput [ { name: "X" data_typ: TYPE_FP32 } ]\n'
+    )
     write_model(
         tmp_path,
         "bad_init",
@@ -173,10 +177,11 @@ AUTO_MODEL = """
             return auto_complete_model_config
 
         def execute(self, requests):
-            return [
-                pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 2)])
-                for r in requests
-            ]
+            out = []
+            for r in requests:
+                x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", 2 * x)]))
+            return out
 """
 
 
@@ -214,19 +219,22 @@ IDENTITY = """
             self.version = int(args["model_version"])
 
         def execute(self, requests):
-            return [
-                pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() + self.version)]
-                )
-                for r in requests
-            ]
+            out = []
+            for r in requests:
+                x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x + self.version)]))
+            return out
 """
 
 
 @pytest.mark.parametrize(
     ("policy", "expected"),
-    [("", [3]), ("version_policy: { latest: { num_versions: 2 } }", [2, 3]),
-     ("version_policy: { all: {} }", [1, 2, 3]), ("version_policy: { specific: { versions: [1, 3] } }", [1, 3])],
+    [
+        ("", [3]),
+        ("version_policy: { latest: { num_versions: 2 } }", [2, 3]),
+        ("version_policy: { all: {} }", [1, 2, 3]),
+        ("version_policy: { specific: { versions: [1, 3] } }", [1, 3]),
+    ],
 )
 def test_version_policies(tmp_path: Path, start_server, policy: str, expected: list[int]) -> None:
     config = CRASHY_CONFIG.replace('"crashy"', '"versioned"') + policy
@@ -248,8 +256,15 @@ def test_version_policies(tmp_path: Path, start_server, policy: str, expected: l
 def test_unknown_triton_flags_are_accepted_and_nothing_leaks(tmp_path: Path, start_server) -> None:
     copy_example(tmp_path, "identity_fp32")
     before = {n for n in shm_entries() if n.startswith("trireme_")}
-    server = start_server([tmp_path], ["--backend-directory=/opt/tritonserver/backends", "--pinned-memory-pool-byte-size=0",
-                                       "--log-verbose=0", "--id=my-server"])
+    server = start_server(
+        [tmp_path],
+        [
+            "--backend-directory=/opt/tritonserver/backends",
+            "--pinned-memory-pool-byte-size=0",
+            "--log-verbose=0",
+            "--id=my-server",
+        ],
+    )
     assert "ignoring unsupported option '--backend-directory=/opt/tritonserver/backends'" in server.log()
     client = grpcclient.InferenceServerClient(server.url)
     x = grpcclient.InferInput("INPUT0", [1, 1 << 16], "FP32")  # uses the worker arena

@@ -500,17 +500,6 @@ class ResponseIterator:
             raise StopAsyncIteration
         return response
 
-    def __aiter__(self) -> ResponseIterator:
-        return self
-
-    async def __anext__(self) -> InferenceResponse:
-        """`async for` over the responses: each wait runs in the loop's default executor."""
-        loop = asyncio.get_running_loop()
-        response = await loop.run_in_executor(None, next, self._source, None)
-        if response is None:
-            raise StopAsyncIteration
-        return response
-
     def cancel(self) -> None:
         """Ask the server to cancel the BLS request."""
         if self._cancel is not None:

@@ -1,4 +1,4 @@
-"""add_sub over INT32 with a batch dimension, written exactly as a Triton Python-backend model: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1."""
+"""add_sub over INT32 with a batch dimension, as a Triton Python-backend model: OUTPUT0 = sum, OUTPUT1 = difference."""
 
 import json
 
