@@ -86,7 +86,7 @@ def start_server(repo: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
 def perf(model: str, port: int, concurrency: int, stability: list[str], out: Path) -> tuple[float, float, float]:
     """One perf_analyzer measurement: (infer/s, p50 us, p99 us); retried with looser stability flags."""
     res = None
-    for flags in (stability, ["-p", "3000", "-s", "50", "-r", "10"]):
+    for flags in (stability, ["-p", "3000", "-s", "50", "-r", "10"], ["-p", "3000", "-s", "100", "-r", "4"]):
         cmd = [
             str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}",
             "--concurrency-range", f"{concurrency}:{concurrency}", *flags, "-f", str(out),
@@ -150,6 +150,7 @@ def main() -> None:
                         after = counts(port, model)
                         mean_batch = (after[0] - before[0]) / max(1, after[1] - before[1])
                         results.setdefault(f"{model} c={c}", []).append((ips, p50, p99, mean_batch))
+                        sys.stderr.write(f"{model} c={c}: {ips:.0f} infer/s p50 {p50:.0f} p99 {p99:.0f}\n")
                     batch = 1 if c == 1 else 16
                     rows, p50, p99 = direct(module, batch)
                     results.setdefault(f"direct loop, batch {batch}", []).append((rows, p50, p99, float(batch)))
