@@ -104,6 +104,7 @@ class WorkerProcess:
         self.on_exit = on_exit
         self.proc: asyncio.subprocess.Process | None = None
         self.transport: asyncio.Transport | None = None
+        self.cancel_sock: socket.socket | None = None
         self.in_arena: ArenaMap | None = None
         self.out_arena: ArenaMap | None = None
         self.in_alloc: Allocator | None = None
@@ -168,16 +169,22 @@ class WorkerProcess:
 
     async def _spawn(self, loop: asyncio.AbstractEventLoop) -> None:
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Cancel frames get their own socket: a worker thread blocks on it, so a running execute() sees
+        # is_cancelled() without anything waking up on the hot path.
+        self.cancel_sock, cancel_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.cancel_sock.setblocking(False)
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *worker_command(),
                 str(child_sock.fileno()),
-                pass_fds=(child_sock.fileno(),),
+                str(cancel_child.fileno()),
+                pass_fds=(child_sock.fileno(), cancel_child.fileno()),
                 env=worker_env(self.spec.env),
                 stdin=asyncio.subprocess.DEVNULL,
             )
         finally:
             child_sock.close()
+            cancel_child.close()
         self._startup = loop.create_future()
         self.transport, _ = await loop.create_unix_connection(lambda: _WorkerProtocol(self), sock=parent_sock)
 
@@ -200,6 +207,8 @@ class WorkerProcess:
             await self.proc.wait()
         if self.transport is not None:
             self.transport.close()
+        if self.cancel_sock is not None:
+            self.cancel_sock.close()
         await asyncio.shield(self._closed) if self.transport is not None else None
         for arena in (self.in_arena, self.out_arena):
             if arena is not None:
@@ -307,8 +316,9 @@ class WorkerProcess:
     def cancel(self, requests: list[InferRequest]) -> None:
         """Mark running requests cancelled inside the worker (pb_utils is_cancelled())."""
         rids = [rid for rid, rec in self.inflight.items() if rec.request in requests]
-        if rids and self.alive:
-            self.send(ipc.Cancel(rids))
+        if rids and self.alive and self.cancel_sock is not None:
+            with contextlib.suppress(BlockingIOError, OSError):
+                self.cancel_sock.send(ipc.encode(ipc.Cancel(rids)))
 
     def on_message(self, message: Any) -> None:
         """Route one frame from the worker."""

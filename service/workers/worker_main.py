@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import signal
 import socket
 import sys
@@ -29,28 +28,30 @@ from service.workers.channel import OutputTooLarge, WorkerChannel
 log = logging.getLogger("trireme.worker")
 
 
-class ExecutionReader:
-    """While a batch executes, a thread reads the frames that cannot wait for it (Cancel above all)."""
+class CancelListener:
+    """A daemon thread that blocks on the cancel socket and flags cancelled requests while execute() runs."""
 
-    def __init__(self, channel: WorkerChannel, on_message: Any) -> None:
-        self.channel = channel
+    def __init__(self, sock: socket.socket, on_message: Any) -> None:
+        self.sock = sock
         self.on_message = on_message
-        self.executing = threading.Event()
-        threading.Thread(target=self._run, name="execution-reader", daemon=True).start()
+        threading.Thread(target=self._run, name="cancel-listener", daemon=True).start()
 
     def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self.channel.sock.fileno(), select.POLLIN)
+        buf = b""
         while True:
-            self.executing.wait()
-            while self.executing.is_set():
-                if not poller.poll(20) or not self.executing.is_set():
-                    continue
-                try:
-                    if not self.channel.try_read_one(self.on_message):
-                        time.sleep(0.001)  # the main loop is reading
-                except (EOFError, OSError):
-                    return
+            try:
+                chunk = self.sock.recv(65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            buf += chunk
+            while len(buf) >= 4:
+                (n,) = ipc.HEADER.unpack_from(buf, 0)
+                if len(buf) < 4 + n:
+                    break
+                self.on_message(ipc.decode(buf[4 : 4 + n]))
+                buf = buf[4 + n :]
 
 
 class Worker:
@@ -68,7 +69,6 @@ class Worker:
             s["output_name"] for s in self.config.get("sequence_batching", {}).get("state", [])
         ]  # implicit state outputs are outputs too
         self.running = True
-        self.reader: ExecutionReader | None = None
         self.bls = BlsClient(channel)  # pb_utils.runtime.bls: requests from this model to others
 
     def start(self) -> None:
@@ -126,7 +126,6 @@ class Worker:
     def serve(self) -> None:
         """The main loop: read, execute batches in arrival order, until Shutdown or EOF."""
         self.channel.on_message = self.on_message
-        self.reader = ExecutionReader(self.channel, self.on_message)
         while self.running:
             if not self.executions:
                 message = self.channel.read_one_unless(lambda: bool(self.executions))
@@ -169,8 +168,6 @@ class Worker:
         corked = not self.backend.decoupled
         if corked:
             self.channel.cork()
-        if self.reader is not None:
-            self.reader.executing.set()
         try:
             if batch:
                 self.backend.execute(batch)
@@ -180,8 +177,6 @@ class Worker:
                 if not req.closed:
                     req.fail(ErrorCode.INTERNAL, message)
         t2 = time.perf_counter_ns()
-        if self.reader is not None:
-            self.reader.executing.clear()
         if not self.backend.decoupled:
             for req in batch:
                 if not req.closed:
@@ -275,6 +270,8 @@ def main() -> None:
         if first.log_verbose:
             logging.getLogger().setLevel(logging.DEBUG)
         worker = Worker(channel, first)
+        if len(sys.argv) > 2:
+            CancelListener(socket.socket(fileno=int(sys.argv[2])), worker.on_message)
         worker.start()
         worker.serve()
     except (EOFError, ConnectionError, BrokenPipeError):

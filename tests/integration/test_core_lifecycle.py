@@ -255,7 +255,6 @@ def test_version_policies(tmp_path: Path, start_server, policy: str, expected: l
 
 def test_unknown_triton_flags_are_accepted_and_nothing_leaks(tmp_path: Path, start_server) -> None:
     copy_example(tmp_path, "identity_fp32")
-    before = {n for n in shm_entries() if n.startswith("trireme_")}
     server = start_server(
         [tmp_path],
         [
@@ -271,8 +270,10 @@ def test_unknown_triton_flags_are_accepted_and_nothing_leaks(tmp_path: Path, sta
     assert client.is_server_ready()
     client.close()
     del x
-    during = {n for n in shm_entries() if n.startswith("trireme_")}
-    assert during == before  # arena names are unlinked as soon as both sides mapped them
+    ours = f"trireme_{server.proc.pid}_"
+    # arena names are unlinked as soon as both sides have mapped them
+    assert not {n for n in shm_entries() if n.startswith(ours)}
     server.stop()
     assert server.proc.returncode == 0
+    assert not {n for n in shm_entries() if n.startswith(ours)}
     assert "+---" in server.log() and "| identity_fp32" in server.log()
