@@ -158,9 +158,7 @@ def test_nested_names_used_by_tritonclient() -> None:
 
 
 def test_wire_roundtrip_with_triton_classes() -> None:
-    theirs = message_factory.GetMessageClass(
-        TRITON_SERVICE.pool.FindMessageTypeByName("inference.ModelInferRequest")
-    )
+    theirs = message_factory.GetMessageClass(TRITON_SERVICE.pool.FindMessageTypeByName("inference.ModelInferRequest"))
     req = grpc_service_pb2.ModelInferRequest(model_name="m", id="1", raw_input_contents=[b"\x00\x01"])
     inp = req.inputs.add(name="IN", datatype="BYTES", shape=[1, 2])
     inp.parameters["shared_memory_region"].string_param = "r"
@@ -173,9 +171,7 @@ def test_wire_roundtrip_with_triton_classes() -> None:
     cfg_cls = message_factory.GetMessageClass(
         TRITON_SERVICE.pool.FindMessageTypeByName("inference.ModelConfigResponse")
     )
-    ours_cfg = grpc_service_pb2.ModelConfigResponse(
-        config=text_format.Parse(CONFIG, model_config_pb2.ModelConfig())
-    )
+    ours_cfg = grpc_service_pb2.ModelConfigResponse(config=text_format.Parse(CONFIG, model_config_pb2.ModelConfig()))
     assert text_format.MessageToString(cfg_cls.FromString(ours_cfg.SerializeToString())) == (
         text_format.MessageToString(ours_cfg)
     )

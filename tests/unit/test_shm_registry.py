@@ -104,9 +104,7 @@ def expect(code: str, message: str) -> Iterator[None]:
     assert (excinfo.value.code, excinfo.value.message) == (code, message)
 
 
-def test_register_status_resolve_read_write(
-    registry: SharedMemoryRegistry, client_region: ClientRegion
-) -> None:
+def test_register_status_resolve_read_write(registry: SharedMemoryRegistry, client_region: ClientRegion) -> None:
     key, handle = client_region(128)
     tshm.set_shared_memory_region(handle, [np.arange(8, dtype=np.float32)])
     registry.register_system("input_data", key, 0, 128)
@@ -247,9 +245,7 @@ def test_cuda_without_gpu() -> None:
     assert registry.cuda_status() == []
 
 
-def test_cuda_resolve_read_write(
-    registry: SharedMemoryRegistry, fake_devices: list[FakeDeviceRegion]
-) -> None:
+def test_cuda_resolve_read_write(registry: SharedMemoryRegistry, fake_devices: list[FakeDeviceRegion]) -> None:
     registry.register_cuda("gpu", HANDLE, 2, 32)
     resolved = registry.resolve("gpu", 8, 16)
     assert (resolved.kind, resolved.offset, resolved.device_id, resolved.raw_handle) == ("cuda", 8, 2, HANDLE)
@@ -288,9 +284,7 @@ def test_unregister(registry: SharedMemoryRegistry, client_region: ClientRegion)
         registry.resolve("a", 0, 1)
 
 
-def test_unregister_in_flight_defers_unmap(
-    registry: SharedMemoryRegistry, client_region: ClientRegion
-) -> None:
+def test_unregister_in_flight_defers_unmap(registry: SharedMemoryRegistry, client_region: ClientRegion) -> None:
     key, handle = client_region(64)
     registry.register_system("r", key, 0, 64)
     resolved = registry.resolve("r", 0, 16)
@@ -359,6 +353,4 @@ def test_shm_error_round_trips() -> None:
     error = ShmError("NOT_FOUND", "Unable to find shared memory region: 'x'")
     clone = pickle.loads(pickle.dumps(error))
     assert (clone.code, str(clone)) == ("NOT_FOUND", "Unable to find shared memory region: 'x'")
-    assert isinstance(
-        pickle.loads(pickle.dumps(ResolvedRegion("n", "cuda", "", 0, 1, 0, HANDLE, 3))), ResolvedRegion
-    )
+    assert isinstance(pickle.loads(pickle.dumps(ResolvedRegion("n", "cuda", "", 0, 1, 0, HANDLE, 3))), ResolvedRegion)
