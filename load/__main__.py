@@ -2,8 +2,9 @@
 
 `trireme-perf -m MODEL [options]` profiles one server; `trireme-perf compare ...` alternates windows
 between servers and prints ratios; `trireme-perf plot A.csv B.csv -o out.png` draws latency vs
-throughput. Exit status: 0 ok, 1 server or request failure, 2 bad arguments or a load that does not fit
-the model, 3 no stable measurement.
+throughput; `trireme-perf crosscheck ...` runs the real perf_analyzer and trireme-perf in turn.
+Exit status: 0 ok, 1 server or request failure, 2 bad arguments or a load that does not fit the model,
+3 no stable measurement.
 """
 
 from __future__ import annotations
@@ -58,8 +59,14 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--request-rate-range", type=float_range, default=None, help="start:end:step requests/s")
     p.add_argument("--request-distribution", choices=["constant", "poisson"], default="constant")
     p.add_argument("--streaming", action="store_true", help="use the ModelStreamInfer bidirectional stream")
-    p.add_argument("-a", "--async", dest="use_async", action="store_true", help="callbacks instead of threads")
-    p.add_argument("--sync", dest="use_async", action="store_false", help="a blocking thread per request (default)")
+    p.add_argument(
+        "--transport",
+        choices=["h2", "grpc"],
+        default="h2",
+        help="unary calls over trireme-perf's lean HTTP/2 client (default) or the grpc library",
+    )
+    p.add_argument("-a", "--async", dest="use_async", action="store_true", help="grpc: callbacks, not threads")
+    p.add_argument("--sync", dest="use_async", action="store_false", help="grpc: a blocking thread per slot (default)")
     p.add_argument("--sequence-length", type=int, default=None, help="requests per sequence (default 20)")
     p.add_argument("--sequence-length-variation", type=float, default=20.0, help="+/- percent (default 20)")
     p.add_argument("--sequence-id-range", default="1", help="start[:end] of sequence ids (end exclusive)")
@@ -125,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from load.compare import main as compare_main
 
         return compare_main(argv[1:])
+    if argv and argv[0] == "crosscheck":
+        from load.crosscheck import main as crosscheck_main
+
+        return crosscheck_main(argv[1:])
     if argv and argv[0] == "plot":
         from load.plot import main as plot_main
 
@@ -150,6 +161,8 @@ def guarded(fn: Any, verbose: bool) -> int:
         return _fail(f"inference failed: {err}", EXIT_FAILURE)
     except PlotError as err:
         return _fail(str(err), EXIT_FAILURE)
+    except ConnectionError as err:
+        return _fail(f"server error: {err}", EXIT_FAILURE)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except Exception as err:  # a bug: say so in one line unless -v asks for the traceback

@@ -23,6 +23,7 @@ import numpy as np
 from load.client import InferenceClient, request_suffix
 from load.transports import (
     AsyncTransport,
+    H2Transport,
     SharedStream,
     UnaryFutures,
     is_final,
@@ -56,6 +57,7 @@ class LoadSpec:
     """How load is generated; `process_index/count` split levels and sequence ids across processes."""
 
     mode: str = "concurrency"  # or "request_rate"
+    transport: str = "h2"  # unary calls over load/h2.py, or "grpc" (the grpc library)
     streaming: bool = False
     use_async: bool = False
     max_threads: int = 16
@@ -129,6 +131,7 @@ class LocalEngine:
 
     def __init__(self, client: InferenceClient, streams: Sequence[Sequence[bytes]], spec: LoadSpec) -> None:
         self.client = client
+        self.use_h2 = spec.transport == "h2" and not spec.streaming
         self.streams = [list(s) for s in streams]
         self.flat = [b for s in self.streams for b in s]
         self.spec = spec
@@ -232,7 +235,7 @@ class LocalEngine:
     def _start_concurrency(self, slots: int) -> None:
         if slots <= 0:
             return
-        if not self.spec.use_async and slots <= self.spec.max_threads:
+        if not self.use_h2 and not self.spec.use_async and slots <= self.spec.max_threads:
             target = self._stream_slot if self.spec.streaming else self._unary_slot
             for i in range(slots):
                 self._spawn(target, self._source(i), self._new_counters())
@@ -385,4 +388,6 @@ class LocalEngine:
     def _make_transport(self) -> AsyncTransport:
         if self.spec.streaming:
             return SharedStream(self._stream_call, self.spec.decoupled, self._fail)
+        if self.use_h2:
+            return H2Transport(self.client.url, self._infer)
         return UnaryFutures(self._infer)

@@ -51,10 +51,13 @@ def format_settings(settings: dict[str, Any]) -> str:
     ]
     if settings.get("latency_threshold_ms"):
         lines.append(f"  Latency limit: {settings['latency_threshold_ms']:g} msec")
-    calls = "asynchronous" if settings.get("async") else "synchronous"
     if settings.get("streaming"):
-        calls = "streaming"
-    lines.append(f"  Using {calls} calls for inference")
+        lines.append("  Using streaming calls for inference (grpc library)")
+    elif settings.get("transport") == "h2":
+        lines.append("  Using asynchronous calls for inference (trireme-perf HTTP/2 client)")
+    else:
+        calls = "asynchronous" if settings.get("async") else "synchronous"
+        lines.append(f"  Using {calls} calls for inference (grpc library)")
     lines.append(f"  Client processes: {settings.get('processes', 1)}")
     if settings.get("sequence"):
         lines.append("  Sequence model: yes")

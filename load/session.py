@@ -140,6 +140,7 @@ class Session:
                 raise ConfigError(f"--sequence-id-range holds {span} ids but concurrency goes to {max(self.levels):g}")
         spec = LoadSpec(
             mode=self.mode,
+            transport=args.transport,
             streaming=args.streaming,
             use_async=args.use_async,
             max_threads=args.max_threads,
@@ -161,6 +162,7 @@ class Session:
             "levels": self.levels,
             "batch_size": args.batch_size,
             "streaming": args.streaming,
+            "transport": "grpc" if args.streaming else args.transport,
             "async": args.use_async,
             "shared_memory": args.shared_memory,
             "input_data": args.input_data,

@@ -1,10 +1,11 @@
-"""Asynchronous request transports: ModelInfer futures, or one shared ModelStreamInfer stream matched by id.
+"""Asynchronous request transports: ModelInfer over HTTP/2 or gRPC futures, or one shared stream matched by id.
 
 Both call `done(end_ns, error, responses, recv_ns)` once per request, on a gRPC or reader thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import queue
 import threading
@@ -121,3 +122,56 @@ def rpc_message(err: BaseException) -> str:
     if isinstance(err, grpc.RpcError) and hasattr(err, "code"):
         return f"{err.code().name}: {err.details()}"
     return str(err)
+
+
+class H2Transport(AsyncTransport):
+    """Unary ModelInfer over the minimal HTTP/2 client (load/h2.py) on its own event-loop thread."""
+
+    def __init__(self, url: str, grpc_call: Any) -> None:
+        from load.h2 import H2Connection, LoopThread
+
+        host, _, port = url.rpartition(":")
+        host = host.strip("[]") or "localhost"
+        self._grpc_call = grpc_call
+        self._loop = LoopThread()
+
+        async def connect() -> H2Connection:
+            loop = asyncio.get_running_loop()
+            path = "/inference.GRPCInferenceService/ModelInfer"
+            _t, proto = await loop.create_connection(lambda: H2Connection(url, path, self._on_done), host, int(port))
+            return proto
+
+        try:
+            self._conn = self._loop.run(connect(), 10.0)
+        except (OSError, TimeoutError, ValueError) as err:
+            self._loop.stop()
+            raise ConnectionError(f"cannot connect to {url}: {err}") from None
+        self._thread_id = self._loop.thread_id
+
+    def _on_done(self, ctx: tuple[Done, bytes], message: bytes | None, failure: str) -> None:
+        done, body = ctx
+        t2 = now_ns()
+        if message is None:
+            done(t2, self._explain(body, failure), 0, 0)
+            return
+        parse_unary(message)
+        t3 = now_ns()
+        done(t3, None, 1, t3 - t2)
+
+    def _explain(self, body: bytes, failure: str) -> str:
+        """The server's own error text: replay the failed request once through the grpc library."""
+        try:
+            self._grpc_call(body, timeout=10.0)
+        except grpc.RpcError as err:
+            return rpc_message(err)
+        return f"{failure} (the same request succeeded through the grpc library)"
+
+    def submit(self, body: bytes, done: Done) -> None:
+        if threading.get_ident() == self._thread_id:
+            self._conn.send(body, (done, body))
+        else:
+            self._loop.loop.call_soon_threadsafe(self._conn.send, body, (done, body))
+
+    def close(self) -> None:
+        self._loop.loop.call_soon_threadsafe(self._conn.close)
+        self._loop.stop()

@@ -82,16 +82,28 @@ def check_consistent(doc: dict[str, Any], rows: list[dict[str, str]], levels: li
             assert srv["inference_count"] >= srv["success_count"]
 
 
-def test_concurrency_sweep(server: ServerHandle, tmp_path: Path) -> None:
-    doc, rows = run_ok(server, tmp_path, "-m", "identity_fp32", "--concurrency-range", "1:3:2")
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_concurrency_sweep(server: ServerHandle, tmp_path: Path, transport: str) -> None:
+    doc, rows = run_ok(
+        server, tmp_path, "-m", "identity_fp32", "--concurrency-range", "1:3:2", "--transport", transport
+    )
     check_consistent(doc, rows, [1, 3])
-    assert doc["settings"]["processes"] == 1
+    assert doc["settings"]["processes"] == 1 and doc["settings"]["transport"] == transport
     assert list(rows[0])[:3] == ["Concurrency", "Inferences/Second", "Client Send"]
+    assert all(r["client"]["cpu_us_per_request"] > 0 for r in doc["results"])
 
 
-def test_async_callbacks(server: ServerHandle, tmp_path: Path) -> None:
-    doc, rows = run_ok(server, tmp_path, "-m", "identity_fp32", "-a", "--concurrency-range", "4")
+def test_grpc_async_callbacks(server: ServerHandle, tmp_path: Path) -> None:
+    doc, rows = run_ok(server, tmp_path, "-m", "identity_fp32", "--transport", "grpc", "-a", "--concurrency-range", "4")
     check_consistent(doc, rows, [4])
+
+
+def test_large_tensors(server: ServerHandle, tmp_path: Path) -> None:
+    """300 kB BYTES elements: several HTTP/2 frames and window updates per request and response."""
+    args = ("-m", "identity_bytes", "--string-length", "300000", "--concurrency-range", "2")
+    doc, rows = run_ok(server, tmp_path, *args)
+    check_consistent(doc, rows, [2])
+    assert doc["settings"]["request_bytes"] > 300_000
 
 
 def test_worker_processes(server: ServerHandle, tmp_path: Path) -> None:
@@ -100,12 +112,12 @@ def test_worker_processes(server: ServerHandle, tmp_path: Path) -> None:
     assert doc["settings"]["processes"] == 2
 
 
-@pytest.mark.parametrize("distribution", ["constant", "poisson"])
-def test_request_rate(server: ServerHandle, tmp_path: Path, distribution: str) -> None:
+@pytest.mark.parametrize(("distribution", "transport"), [("constant", "h2"), ("poisson", "h2"), ("poisson", "grpc")])
+def test_request_rate(server: ServerHandle, tmp_path: Path, distribution: str, transport: str) -> None:
     doc, rows = run_ok(
         server,
         tmp_path,
-        *("-m", "identity_fp32", "--request-rate-range", "100:200:100"),
+        *("-m", "identity_fp32", "--request-rate-range", "100:200:100", "--transport", transport),
         *("--request-distribution", distribution),
     )
     check_consistent(doc, rows, [100.0, 200.0])
