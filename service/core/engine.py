@@ -79,6 +79,38 @@ class Engine:
         self.strict_readiness = strict_readiness
         self.live = True
         self.accepting = True
+        self.model_control_mode = "none"  # "none" | "poll" | "explicit" (set by the server)
+
+    # ---- model control ----------------------------------------------------------------------------------
+    def _require_explicit(self) -> None:
+        if self.model_control_mode != "explicit":
+            raise ServiceError(
+                ErrorCode.UNAVAILABLE, "explicit model load / unload is not allowed if polling is enabled"
+            )
+
+    async def load_model(self, name: str, config_json: str = "") -> None:
+        """Load (or reload) a model in explicit mode; `config_json` overrides its config.pbtxt."""
+        self._require_explicit()
+        override = None
+        if config_json:
+            from service.core.model_config import from_json
+
+            try:
+                override = from_json(config_json)
+            except ValueError as e:
+                raise ServiceError(ErrorCode.INVALID_ARG, f"failed to load '{name}': invalid 'config': {e}") from None
+        await self.repository.load(name, override)
+        entry = self.repository.models[name]
+        if entry.error:
+            raise ServiceError(ErrorCode.INVALID_ARG, f"failed to load '{name}', {entry.error}")
+        failed = [mv.reason for mv in entry.versions.values() if mv.state != READY]
+        if failed and not any(mv.state == READY for mv in entry.versions.values()):
+            raise ServiceError(ErrorCode.INVALID_ARG, f"failed to load '{name}', {failed[0]}")
+
+    async def unload_model(self, name: str) -> None:
+        """Unload every version of a model in explicit mode (requests already queued finish first)."""
+        self._require_explicit()
+        await self.repository.unload(name)
 
     # ---- health and metadata ----------------------------------------------------------------------------
     def server_ready(self) -> bool:

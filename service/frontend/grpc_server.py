@@ -106,16 +106,34 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ---- model control -------------------------------------------------------------------------------------
     async def RepositoryModelLoad(self, request: Any, context: Any) -> pb.RepositoryModelLoadResponse:
-        await _abort(
-            context,
-            ServiceError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not allowed if polling is enabled"),
-        )
+        try:
+            if request.repository_name:
+                raise ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
+            config_json = ""
+            for key, value in request.parameters.items():
+                if key == "config":
+                    if value.WhichOneof("parameter_choice") != "string_param":
+                        raise ServiceError(ErrorCode.INVALID_ARG, "'config' parameter is expected to be a string")
+                    config_json = value.string_param
+                elif key.startswith("file:"):
+                    raise ServiceError(
+                        ErrorCode.UNSUPPORTED, "loading model files through the request is not supported"
+                    )
+                else:
+                    raise ServiceError(ErrorCode.INVALID_ARG, f"unrecognized load parameter '{key}'.")
+            await self.engine.load_model(request.model_name, config_json)
+        except Exception as e:
+            await _abort(context, e)
+        return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> pb.RepositoryModelUnloadResponse:
-        await _abort(
-            context,
-            ServiceError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not allowed if polling is enabled"),
-        )
+        try:
+            if request.repository_name:
+                raise ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
+            await self.engine.unload_model(request.model_name)
+        except Exception as e:
+            await _abort(context, e)
+        return pb.RepositoryModelUnloadResponse()
 
     # ---- shared memory --------------------------------------------------------------------------------------
     def _registry(self) -> Any:
