@@ -24,6 +24,9 @@ DATATYPE_TO_NUMPY: dict[str, np.dtype] = {
     "BYTES": np.dtype(np.object_),
 }
 
+# reverse lookup, also for non-native byte orders of the same type (numpy dtypes hash by equality)
+_NUMPY_TO_DATATYPE: dict[np.dtype, str] = {dt: name for name, dt in DATATYPE_TO_NUMPY.items() if name != "BYTES"}
+
 # Element size in bytes; BYTES is variable (0 here) and BF16 has no numpy dtype but a fixed size.
 ELEMENT_SIZE: dict[str, int] = {
     "BOOL": 1,
@@ -53,11 +56,11 @@ _LEN = struct.Struct("<I")
 def numpy_to_datatype(dtype: np.dtype | type) -> str:
     """Protocol datatype string for a numpy dtype (object/bytes/str arrays are BYTES)."""
     dt = np.dtype(dtype)
+    name = _NUMPY_TO_DATATYPE.get(dt)
+    if name is not None:
+        return name
     if dt.kind in ("O", "S", "U"):
         return "BYTES"
-    for name, candidate in DATATYPE_TO_NUMPY.items():
-        if candidate == dt:
-            return name
     raise ValueError(f"numpy dtype {dt} has no Triton datatype")
 
 
