@@ -105,6 +105,7 @@ class WorkerProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self.transport: asyncio.Transport | None = None
         self.cancel_sock: socket.socket | None = None
+        self._reap_task: asyncio.Task[None] | None = None
         self.in_arena: ArenaMap | None = None
         self.out_arena: ArenaMap | None = None
         self.in_alloc: Allocator | None = None
@@ -392,8 +393,7 @@ class WorkerProcess:
         if self._startup is not None and not self._startup.done():
             self._startup.set_result(ipc.Failed(f"model instance '{self.spec.instance_name}' exited during start-up"))
         task = asyncio.get_running_loop().create_task(self._reap(was_alive))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+        self._reap_task = task  # keep a reference until it is done
 
     async def _reap(self, was_alive: bool) -> None:
         code = None
@@ -419,9 +419,6 @@ class WorkerProcess:
             on_done(self, None)
         if was_alive and self.on_exit is not None:
             self.on_exit(self)
-
-
-_background: set[asyncio.Task[None]] = set()
 
 
 def now_ns() -> int:
