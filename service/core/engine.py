@@ -337,14 +337,8 @@ class Engine:
             if response.final and not future.done():
                 future.set_result(response)
 
-        request.on_response = on_response
-        self._hold_shm(request)
+        self._enqueue(mv, request, on_response)
         assert mv.scheduler is not None
-        try:
-            mv.scheduler.enqueue(request)
-        except BaseException:
-            self.release_shm(request)
-            raise
         try:
             return await future
         except asyncio.CancelledError:
@@ -355,6 +349,11 @@ class Engine:
     def submit(self, request: InferRequest, on_response: ResponseCallback) -> ModelVersion:
         """Start a request whose responses (one, or many for decoupled models) go to on_response."""
         mv = self.prepare(request)
+        self._enqueue(mv, request, on_response)
+        return mv
+
+    def _enqueue(self, mv: ModelVersion, request: InferRequest, on_response: ResponseCallback) -> None:
+        """Hand a prepared request to its scheduler, holding its shm regions until the final response."""
         request.on_response = on_response
         self._hold_shm(request)
         assert mv.scheduler is not None
@@ -363,7 +362,6 @@ class Engine:
         except BaseException:
             self.release_shm(request)
             raise
-        return mv
 
     def cancel(self, request: InferRequest, mv: ModelVersion) -> None:
         """The client gave up on a submitted request."""

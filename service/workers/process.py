@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.errors import ErrorCode, ServiceError
-from service.types import InferRequest, InferResponse, OutputTensor
+from service.types import InferRequest, InferResponse, OutputTensor, ShmRef
 from service.workers import ipc
 from service.workers.arena import Allocator, ArenaMap, segment_name
 
@@ -69,6 +69,22 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     if extra:
         env.update(extra)
     return env
+
+
+def shm_tensor_msg(name: str, datatype: str, shape: list[int], ref: ShmRef) -> ipc.TensorMsg:
+    """A tensor whose bytes are in a client's registered region: the worker maps the region itself."""
+    where = ipc.WHERE_SYSTEM_SHM if ref.kind == "system" else ipc.WHERE_CUDA_SHM
+    return ipc.TensorMsg(
+        name,
+        datatype,
+        shape,
+        where,
+        offset=ref.offset,
+        nbytes=ref.byte_size,
+        key=ref.key,
+        handle=ref.raw_handle,
+        device=ref.device_id,
+    )
 
 
 class _WorkerProtocol(asyncio.Protocol):
@@ -247,21 +263,7 @@ class WorkerProcess:
         copied = 0  # input payload bytes this request costs in copies between the server and the worker
         for t in req.inputs:
             if t.shm is not None:
-                s = t.shm
-                where = ipc.WHERE_SYSTEM_SHM if s.kind == "system" else ipc.WHERE_CUDA_SHM
-                tensors.append(
-                    ipc.TensorMsg(
-                        t.name,
-                        t.datatype,
-                        t.shape,
-                        where,
-                        offset=s.offset,
-                        nbytes=s.byte_size,
-                        key=s.key,
-                        handle=s.raw_handle,
-                        device=s.device_id,
-                    )
-                )
+                tensors.append(shm_tensor_msg(t.name, t.datatype, t.shape, t.shm))
                 continue
             data = t.data if t.data is not None else b""
             n = len(data)
@@ -281,19 +283,7 @@ class WorkerProcess:
         for o in req.outputs:
             target = None
             if o.shm is not None:
-                s = o.shm
-                where = ipc.WHERE_SYSTEM_SHM if s.kind == "system" else ipc.WHERE_CUDA_SHM
-                target = ipc.TensorMsg(
-                    o.name,
-                    "",
-                    [],
-                    where,
-                    offset=s.offset,
-                    nbytes=s.byte_size,
-                    key=s.key,
-                    handle=s.raw_handle,
-                    device=s.device_id,
-                )
+                target = shm_tensor_msg(o.name, "", [], o.shm)
             outputs.append(ipc.OutputSpec(o.name, target))
         self.bytes_copied += copied
         if log.isEnabledFor(logging.DEBUG):
