@@ -11,7 +11,9 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,15 +103,22 @@ def start_server(tmp_path: Path) -> Iterator:
         s.stop()
 
 
-@pytest.fixture(scope="module")
-def example_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One server on the embedded example repository, shared by a test module."""
-    server = ServerProcess([EXAMPLE_REPO], [], tmp_path_factory.mktemp("srv") / "server.log")
+@contextmanager
+def running_server(repos: list[Path], log_path: Path, extra_args: list[str] | None = None) -> Iterator[ServerProcess]:
+    """A ready ServerProcess for the with-block (for module-scoped fixtures); stopped on exit."""
+    server = ServerProcess(repos, extra_args or [], log_path)
     try:
         server.wait_ready()
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def example_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server on the embedded example repository, shared by a test module."""
+    with running_server([EXAMPLE_REPO], tmp_path_factory.mktemp("srv") / "server.log") as server:
+        yield server
 
 
 @pytest.fixture
@@ -136,6 +145,27 @@ def copy_example(repo: Path, *names: str) -> None:
     """Copy example models into a test repository."""
     for name in names:
         shutil.copytree(EXAMPLE_REPO / name, repo / name)
+
+
+def add_sub_onnx_model(elem_type: int) -> Any:
+    """An onnx ModelProto: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 on [batch, 16] of elem_type (a
+    TensorProto data type), opset 13, IR version 8. Needs the onnx package."""
+    from onnx import helper
+
+    io = [helper.make_tensor_value_info(n, elem_type, ["batch", 16]) for n in ("INPUT0", "INPUT1")]
+    outs = [helper.make_tensor_value_info(n, elem_type, ["batch", 16]) for n in ("OUTPUT0", "OUTPUT1")]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
+        "add_sub",
+        io,
+        outs,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
 
 
 def shm_entries() -> set[str]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from typing import Any, NoReturn
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -19,6 +19,7 @@ from service.frontend.status import GRPC_STATUS
 from shm.errors import ShmError
 
 log = logging.getLogger("trireme.grpc")
+_T = TypeVar("_T")
 
 MAX_MESSAGE = 2**31 - 1
 SERVER_OPTIONS = [
@@ -38,6 +39,21 @@ async def _abort(context: grpc.aio.ServicerContext, e: Exception) -> NoReturn:
 
 def _shm_to_service(e: ShmError) -> ServiceError:
     return ServiceError(ErrorCode[e.code], e.message)
+
+
+async def _shm_call(
+    context: grpc.aio.ServicerContext,
+    call: Callable[[], _T],
+    others: type[Exception] | tuple[type[Exception], ...] = Exception,
+) -> _T:
+    """call() for a shared-memory RPC: a ShmError aborts with its own code and message, an exception of `others`
+    (every exception by default; the status RPCs pass none) aborts as _abort maps it."""
+    try:
+        return call()
+    except ShmError as e:
+        await _abort(context, _shm_to_service(e))
+    except others as e:
+        await _abort(context, e)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -145,14 +161,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             )
         return registry
 
+    def _shm_status(self, kind: str, name: str) -> list[Any]:
+        """Regions of kind "system" or "cuda" (all when name is empty); none while client shm is disabled."""
+        registry = self.engine.shm_registry
+        if registry is None:
+            if name:  # client shm disabled: nothing is registered
+                raise ShmError("NOT_FOUND", f"Unable to find {kind} shared memory region: '{name}'")
+            return []
+        return registry.system_status(name) if kind == "system" else registry.cuda_status(name)
+
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> pb.SystemSharedMemoryStatusResponse:
-        try:
-            registry = self.engine.shm_registry
-            if registry is None and request.name:  # client shm disabled: nothing is registered
-                raise ShmError("NOT_FOUND", f"Unable to find system shared memory region: '{request.name}'")
-            regions = registry.system_status(request.name) if registry is not None else []
-        except ShmError as e:
-            await _abort(context, _shm_to_service(e))
+        regions = await _shm_call(context, lambda: self._shm_status("system", request.name), others=())
         response = pb.SystemSharedMemoryStatusResponse()
         for r in regions:
             response.regions[r.name].CopyFrom(
@@ -163,31 +182,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return response
 
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> pb.SystemSharedMemoryRegisterResponse:
-        try:
-            self._registry().register_system(request.name, request.key, request.offset, request.byte_size)
-        except ShmError as e:
-            await _abort(context, _shm_to_service(e))
-        except Exception as e:
-            await _abort(context, e)
+        await _shm_call(
+            context,
+            lambda: self._registry().register_system(request.name, request.key, request.offset, request.byte_size),
+        )
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> pb.SystemSharedMemoryUnregisterResponse:
-        try:
-            self._registry().unregister_system(request.name)
-        except ShmError as e:
-            await _abort(context, _shm_to_service(e))
-        except Exception as e:
-            await _abort(context, e)
+        await _shm_call(context, lambda: self._registry().unregister_system(request.name))
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> pb.CudaSharedMemoryStatusResponse:
-        try:
-            registry = self.engine.shm_registry
-            if registry is None and request.name:
-                raise ShmError("NOT_FOUND", f"Unable to find cuda shared memory region: '{request.name}'")
-            regions = registry.cuda_status(request.name) if registry is not None else []
-        except ShmError as e:
-            await _abort(context, _shm_to_service(e))
+        regions = await _shm_call(context, lambda: self._shm_status("cuda", request.name), others=())
         response = pb.CudaSharedMemoryStatusResponse()
         for r in regions:
             response.regions[r.name].CopyFrom(
@@ -198,21 +204,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return response
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> pb.CudaSharedMemoryRegisterResponse:
-        try:
-            self._registry().register_cuda(request.name, request.raw_handle, request.device_id, request.byte_size)
-        except ShmError as e:
-            await _abort(context, _shm_to_service(e))
-        except Exception as e:
-            await _abort(context, e)
+        await _shm_call(
+            context,
+            lambda: self._registry().register_cuda(
+                request.name, request.raw_handle, request.device_id, request.byte_size
+            ),
+        )
         return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> pb.CudaSharedMemoryUnregisterResponse:
-        try:
-            self._registry().unregister_cuda(request.name)
-        except ShmError as e:
-            await _abort(context, _shm_to_service(e))
-        except Exception as e:
-            await _abort(context, e)
+        await _shm_call(context, lambda: self._registry().unregister_cuda(request.name))
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # ---- settings ------------------------------------------------------------------------------------------

@@ -17,12 +17,7 @@ Prints markdown tables (medians over rounds).
 from __future__ import annotations
 
 import argparse
-import csv
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -33,7 +28,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-ANCHORS = Path(os.environ.get("ANCHORS", "/tmp/trireme-anchors"))
+
+from tests.bench.servers import free_port, inference_counts, perf_analyzer, start_trireme, stop, wait_started  # noqa: E402
 
 SLEEP_MODEL = """
 import time
@@ -122,13 +118,6 @@ RATIOS = [
 ]
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def write_repo(repo: Path) -> None:
     for name, (mbs, extra, code) in MODELS.items():
         (repo / name / "1").mkdir(parents=True)
@@ -136,47 +125,10 @@ def write_repo(repo: Path) -> None:
         (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
 
 
-def start_server(repo: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
-        "--model-repository", str(repo),
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
-        if "Started GRPCInferenceService" in log.read_text(errors="replace"):
-            return proc
-        time.sleep(0.2)
-    proc.kill()
-    raise TimeoutError("server did not start")
-
-
 def perf(model: str, port: int, concurrency: int, stability: list[str], out: Path) -> float:
     """One perf_analyzer measurement (retried with looser stability on this noisy VM); infer/s."""
-    for flags in (stability, ["-p", "3000", "-s", "50", "-r", "10"], ["-p", "3000", "-s", "100", "-r", "3"]):
-        cmd = [
-            str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}",
-            "--concurrency-range", f"{concurrency}:{concurrency}", *flags, "-f", str(out),
-        ]  # fmt: skip
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if res.returncode == 0:
-            with out.open() as f:
-                return float(next(csv.DictReader(f))["Inferences/Second"])
-    raise RuntimeError(f"perf_analyzer failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
-
-
-def mean_batch(port: int, model: str) -> tuple[int, int]:
-    """(inference_count, execution_count) from the server's statistics."""
-    import tritonclient.grpc as grpcclient
-
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-    try:
-        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
-        return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
-    finally:
-        client.close()
+    attempts = (stability, ["-p", "3000", "-s", "50", "-r", "10"], ["-p", "3000", "-s", "100", "-r", "3"])
+    return float(perf_analyzer(model, port, concurrency, attempts, out)["Inferences/Second"])
 
 
 def micro_stacking(batch: int, iterations: int = 3000) -> tuple[float, float]:
@@ -230,24 +182,21 @@ def main() -> None:
         repo = Path(tmp) / "repo"
         write_repo(repo)
         port = free_port()
-        proc = start_server(repo, port, Path(tmp) / "server.log")
+        log = Path(tmp) / "server.log"
+        proc = start_trireme(repo, port, log)
+        wait_started(proc, log)
         try:
             for r in range(args.rounds):
                 for label, model, c in runs:
-                    before = mean_batch(port, model)
+                    before = inference_counts(port, model)
                     ips = perf(model, port, c, args.stability.split(), Path(tmp) / "pa.csv")
-                    after = mean_batch(port, model)
+                    after = inference_counts(port, model)
                     results[label].append(ips)
                     execs = max(1, after[1] - before[1])
                     batches[label].append((after[0] - before[0]) / execs)
                     print(f"round {r + 1}: {label}: {ips:.1f} infer/s", file=sys.stderr, flush=True)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop([proc])
 
     print("\n## perf_analyzer (gRPC), infer/s, median over rounds\n")
     print("| run | infer/s | rounds | mean executed batch size |")

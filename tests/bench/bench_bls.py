@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench import bench_core_vs_triton as core  # noqa: E402
+from tests.bench.servers import free_port, start_trireme, start_triton, stop, wait_port  # noqa: E402
 
 IDENTITY_PY = """
 import triton_python_backend_utils as pb_utils
@@ -100,13 +100,13 @@ def main() -> None:
         tmp = Path(tmp_dir)
         repo = tmp / "repo"
         write_repo(repo)
-        servers: dict[str, tuple[subprocess.Popen, int]] = {}
+        servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
         try:
-            for label, start in (("trireme", core.start_trireme), ("triton", core.start_triton)):
-                port = core.free_port()
+            for label, start in (("trireme", start_trireme), ("triton", start_triton)):
+                port = free_port()
                 proc = start(repo, port, tmp / f"{label}.log")
                 servers[label] = (proc, port)
-                core.wait_port(port, proc)
+                wait_port(port, proc)
             for _, port in servers.values():  # warm up both paths on each server
                 for model in ("bls_identity", "bls_hop"):
                     measure(model, port, 200)
@@ -122,13 +122,7 @@ def main() -> None:
                 samples.setdefault("hop cost trireme/triton", []).append(hop_ratio)
                 print(f"round {rnd + 1}: " + ", ".join(f"{k}={v[-1]:.1f}" for k, v in samples.items()), flush=True)
         finally:
-            for proc, _ in servers.values():
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop(proc for proc, _ in servers.values())
     print("\n| measure (c=1, FP32[16]) | median |\n|---|---|")
     for key, values in samples.items():
         print(f"| {key} | {statistics.median(values):.2f} |")

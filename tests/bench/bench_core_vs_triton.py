@@ -9,101 +9,26 @@ Prints a markdown table: infer/s and p50/p99 latency per server and concurrency,
 from __future__ import annotations
 
 import argparse
-import csv
-import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ANCHORS = Path(os.environ.get("ANCHORS", "/tmp/trireme-anchors"))
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.servers import free_port, perf_analyzer, start_trireme, start_triton, stop, wait_port  # noqa: E402
+
 # perf_analyzer stability settings; --stability overrides (this VM often needs a loose threshold)
 STABILITY = ["-p", "3000", "-s", "20", "-r", "20"]
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 90) -> None:
-    """Wait until something listens on port (or the process dies)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"port {port} not open after {timeout_s} s")
-
-
-def start_trireme(repo: Path, port: int, log: Path) -> subprocess.Popen:
-    """Trireme on repo."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "service",
-        "serve",
-        "--grpc-address",
-        "127.0.0.1",
-        "--grpc-port",
-        str(port),
-        "--model-repository",
-        str(repo),
-    ]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-
-def start_triton(repo: Path, port: int, log: Path) -> subprocess.Popen:
-    """Real Triton 2.51 on repo."""
-    cmd = [
-        str(ANCHORS / "bin" / "tritonserver"),
-        f"--model-repository={repo}",
-        f"--grpc-port={port}",
-        f"--http-port={free_port()}",
-        f"--metrics-port={free_port()}",
-        "--allow-metrics=false",
-    ]
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-
 def perf(model: str, port: int, concurrency: int, extra: list[str], out: Path) -> dict[str, float]:
     """One perf_analyzer measurement; returns infer/s, p50 and p99 (µs). Retries once with a loose threshold."""
-    for stability in (STABILITY, ["-p", "2000", "-s", "100", "-r", "6"]):
-        cmd = [
-            str(ANCHORS / "bin" / "perf_analyzer"),
-            "-m",
-            model,
-            "-i",
-            "grpc",
-            "-u",
-            f"127.0.0.1:{port}",
-            "--concurrency-range",
-            f"{concurrency}:{concurrency}",
-            *stability,
-            "--percentile",
-            "99",
-            "-f",
-            str(out),
-            *extra,
-        ]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if res.returncode == 0:
-            break
-    else:
-        raise RuntimeError(f"perf_analyzer failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
-    with out.open() as f:
-        row = next(csv.DictReader(f))
+    attempts = (STABILITY, ["-p", "2000", "-s", "100", "-r", "6"])
+    row = perf_analyzer(model, port, concurrency, attempts, out, ["--percentile", "99", *extra])
     return {"ips": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]), "p99": float(row["p99 latency"])}
 
 
@@ -156,13 +81,7 @@ def main() -> None:
                 f" {med(b, 'p50'):.0f}/{med(b, 'p99'):.0f} |"
             )
     finally:
-        for proc in procs.values():
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(procs.values())
         shutil.rmtree(work, ignore_errors=True)
 
 

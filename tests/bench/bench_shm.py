@@ -12,11 +12,7 @@ median per-round ratio Trireme/Triton of infer/s.
 from __future__ import annotations
 
 import argparse
-import csv
-import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,57 +21,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ANCHORS = Path(os.environ.get("ANCHORS", "/tmp/trireme-anchors"))
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.servers import free_port, perf_analyzer, start_trireme, start_triton, stop, wait_port  # noqa: E402
+
 MODEL = "identity_fp32_any"
 ARENA = 256 << 20  # Trireme's default worker arena; Triton's Python-backend pool gets the same size
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 120) -> None:
-    """Wait until something listens on port (or the process dies)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"port {port} not open after {timeout_s} s")
-
-
-def start(name: str, repo: Path, port: int, log: Path) -> subprocess.Popen:
+def start(name: str, repo: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     """Start Trireme or real Triton on repo."""
     if name == "trireme":
-        cmd = [
-            sys.executable,
-            "-m",
-            "service",
-            "serve",
-            "--grpc-address",
-            "127.0.0.1",
-            "--grpc-port",
-            str(port),
-            "--model-repository",
-            str(repo),
-        ]
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    cmd = [
-        str(ANCHORS / "bin" / "tritonserver"),
-        f"--model-repository={repo}",
-        f"--grpc-port={port}",
-        f"--http-port={free_port()}",
-        f"--metrics-port={free_port()}",
-        "--allow-metrics=false",
-        f"--backend-config=python,shm-default-byte-size={ARENA}",
-    ]
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        return start_trireme(repo, port, log)
+    return start_triton(repo, port, log, [f"--backend-config=python,shm-default-byte-size={ARENA}"])
 
 
 def request_count(size: int) -> int:
@@ -84,51 +42,16 @@ def request_count(size: int) -> int:
 
 
 def perf(port: int, size: int, use_shm: bool, out: Path, attempts: int = 4) -> dict[str, float]:
-    """perf_analyzer at concurrency 1, retried when this noisy VM gives no stable window (looser each time)."""
-    error = RuntimeError("no attempt")
-    for attempt in range(attempts):
-        try:
-            return perf_once(port, size, use_shm, out, stability=100 * (attempt + 1))
-        except RuntimeError as e:
-            error = e
-            print(f"perf_analyzer attempt {attempt + 1} failed; retrying", file=sys.stderr, flush=True)
-    raise error
-
-
-def perf_once(port: int, size: int, use_shm: bool, out: Path, stability: int) -> dict[str, float]:
-    """One perf_analyzer measurement at concurrency 1; infer/s and avg/p50/p99 latency in µs."""
-    cmd = [
-        str(ANCHORS / "bin" / "perf_analyzer"),
-        "-m",
-        MODEL,
-        "-i",
-        "grpc",
-        "-u",
-        f"127.0.0.1:{port}",
-        "--shape",
-        f"INPUT0:{size // 4}",
-        "--concurrency-range",
-        "1:1",
-        "--measurement-mode",
-        "count_windows",
-        "--measurement-request-count",
-        str(request_count(size)),
-        "-s",
-        str(stability),
-        "--max-trials",
-        "8",
-        "--percentile",
-        "99",
-        "-f",
-        str(out),
-    ]
+    """perf_analyzer at concurrency 1 (count windows), retried when this noisy VM gives no stable window (looser
+    each time); infer/s and avg/p50/p99 latency in µs."""
+    extra = [
+        "--shape", f"INPUT0:{size // 4}", "--measurement-mode", "count_windows",
+        "--measurement-request-count", str(request_count(size)), "--max-trials", "8", "--percentile", "99",
+    ]  # fmt: skip
     if use_shm:
-        cmd += ["--shared-memory", "system", "--output-shared-memory-size", str(size)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if res.returncode != 0 or not out.exists():
-        raise RuntimeError(f"perf_analyzer failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
-    with out.open() as f:
-        row = next(csv.DictReader(f))
+        extra += ["--shared-memory", "system", "--output-shared-memory-size", str(size)]
+    stability = [["-s", str(100 * (attempt + 1))] for attempt in range(attempts)]
+    row = perf_analyzer(MODEL, port, 1, stability, out, extra, timeout_s=600)
     ips = float(row["Inferences/Second"])
     # concurrency 1 with synchronous calls: the average latency is the inverse of the throughput
     return {"ips": ips, "avg": 1e6 / ips, "p50": float(row["p50 latency"]), "p99": float(row["p99 latency"])}
@@ -155,7 +78,7 @@ def main() -> None:
     results: dict[tuple[str, int, bool], list[dict[str, float]]] = {}
     try:
         for n, proc in procs.items():
-            wait_port(ports[n], proc)
+            wait_port(ports[n], proc, timeout_s=120)
         time.sleep(3)
         for r in range(args.rounds):
             order = names if r % 2 == 0 else names[::-1]
@@ -172,14 +95,7 @@ def main() -> None:
                             flush=True,
                         )
     finally:
-        for proc in procs.values():
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(procs.values())
         shutil.rmtree(work, ignore_errors=True)
 
     def med(rows: list[dict[str, float]], key: str) -> float:

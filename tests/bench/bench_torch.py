@@ -12,12 +12,7 @@ threads. Prints a markdown table of medians over rounds: infer/s, p50/p99 latenc
 from __future__ import annotations
 
 import argparse
-import csv
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +24,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-ANCHORS = Path(os.environ.get("ANCHORS", "/tmp/trireme-anchors"))
+
+from tests.bench.servers import free_port, inference_counts, perf_analyzer, start_trireme, stop, wait_started  # noqa: E402
+
 WIDTH = 512
 
 
@@ -59,57 +56,11 @@ def write_repo(repo: Path, threads: int) -> None:
         )
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(repo: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
-        "--model-repository", str(repo),
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
-        if "Started GRPCInferenceService" in log.read_text(errors="replace"):
-            return proc
-        time.sleep(0.2)
-    proc.kill()
-    raise TimeoutError("server did not start")
-
-
 def perf(model: str, port: int, concurrency: int, stability: list[str], out: Path) -> tuple[float, float, float]:
     """One perf_analyzer measurement: (infer/s, p50 us, p99 us); retried with looser stability flags."""
-    res = None
-    for flags in (stability, ["-p", "3000", "-s", "50", "-r", "10"], ["-p", "3000", "-s", "100", "-r", "4"]):
-        cmd = [
-            str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}",
-            "--concurrency-range", f"{concurrency}:{concurrency}", *flags, "-f", str(out),
-        ]  # fmt: skip
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if res.returncode == 0:
-            with out.open() as f:
-                row = next(csv.DictReader(f))
-            return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
-    assert res is not None
-    raise RuntimeError(f"perf_analyzer failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
-
-
-def counts(port: int, model: str) -> tuple[int, int]:
-    """(inference_count, execution_count) from the server's statistics."""
-    import tritonclient.grpc as grpcclient
-
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-    try:
-        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
-        return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
-    finally:
-        client.close()
+    attempts = (stability, ["-p", "3000", "-s", "50", "-r", "10"], ["-p", "3000", "-s", "100", "-r", "4"])
+    row = perf_analyzer(model, port, concurrency, attempts, out)
+    return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
 
 
 def direct(module: torch.jit.ScriptModule, batch: int, seconds: float = 3.0) -> tuple[float, float, float]:
@@ -140,14 +91,16 @@ def main() -> None:
         repo = Path(tmp) / "repo"
         write_repo(repo, args.threads)
         port = free_port()
-        proc = start_server(repo, port, Path(tmp) / "server.log")
+        log = Path(tmp) / "server.log"
+        proc = start_trireme(repo, port, log)
+        wait_started(proc, log)
         try:
             for rnd in range(args.rounds):
                 for c in (1, 16):
                     for model in ("mlp_plain", "mlp_batched"):
-                        before = counts(port, model)
+                        before = inference_counts(port, model)
                         ips, p50, p99 = perf(model, port, c, args.stability.split(), Path(tmp) / "pa.csv")
-                        after = counts(port, model)
+                        after = inference_counts(port, model)
                         mean_batch = (after[0] - before[0]) / max(1, after[1] - before[1])
                         results.setdefault(f"{model} c={c}", []).append((ips, p50, p99, mean_batch))
                         sys.stderr.write(f"{model} c={c}: {ips:.0f} infer/s p50 {p50:.0f} p99 {p99:.0f}\n")
@@ -156,13 +109,12 @@ def main() -> None:
                     results.setdefault(f"direct loop, batch {batch}", []).append((rows, p50, p99, float(batch)))
                 sys.stderr.write(f"round {rnd + 1}/{args.rounds} done\n")
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+            stop([proc])
     print(f"\n## TorchScript MLP 3x{WIDTH}, FP32[1,{WIDTH}] per request, {args.threads} intra-op thread(s)\n")
     print("| scenario | infer/s | p50 us | p99 us | mean batch |")
     print("|---|---|---|---|---|")
-    for name, rows in results.items():
-        med = [statistics.median(r[i] for r in rows) for i in range(4)]
+    for name, samples in results.items():
+        med = [statistics.median(r[i] for r in samples) for i in range(4)]
         print(f"| {name} | {med[0]:.0f} | {med[1]:.0f} | {med[2]:.0f} | {med[3]:.1f} |")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ServerProcess, write_model
+from tests.conftest import ServerProcess, running_server, write_model
 
 IDENTITY_CONFIG = """
 name: "{name}"
@@ -167,12 +167,8 @@ def _repo(tmp_path: Path) -> Path:
 def bls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One server with the BLS test models."""
     tmp = tmp_path_factory.mktemp("bls")
-    server = ServerProcess([_repo(tmp)], [], tmp / "server.log")
-    try:
-        server.wait_ready()
+    with running_server([_repo(tmp)], tmp / "server.log") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ServerProcess, write_model
+from tests.conftest import ServerProcess, running_server, write_model
 
 # y = x * SCALE + OFFSET; with RENDEZVOUS set, first waits (up to 20 s) until its peer step has started too,
 # which only happens if the ensemble runs both steps at the same time
@@ -154,12 +154,8 @@ def ens_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     tmp = tmp_path_factory.mktemp("ens")
     rendezvous = tmp / "rendezvous"
     rendezvous.mkdir()
-    server = ServerProcess([build_repo(tmp / "repo", rendezvous)], [], tmp / "server.log")
-    try:
-        server.wait_ready()
+    with running_server([build_repo(tmp / "repo", rendezvous)], tmp / "server.log") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -11,8 +11,10 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import tritonclient.grpc as grpcclient  # noqa: E402
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
+
+from tests.conftest import add_sub_onnx_model  # noqa: E402
 
 CONFIG = """\
 name: "{name}"
@@ -33,19 +35,7 @@ instance_group [ {{ kind: KIND_CPU }} ]
 def write_add_sub_onnx(path: Path) -> None:
     """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 on INT32[batch, 16], built with the onnx helpers."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    io = [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 16]) for n in ("INPUT0", "INPUT1")]
-    outs = [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 16]) for n in ("OUTPUT0", "OUTPUT1")]
-    graph = helper.make_graph(
-        [
-            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
-            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
-        ],
-        "add_sub",
-        io,
-        outs,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
+    model = add_sub_onnx_model(TensorProto.INT32)
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
 

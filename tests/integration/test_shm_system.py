@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor, serialized_byte_size
 
-from tests.conftest import ServerProcess, copy_example, shm_entries, write_model
+from tests.conftest import ServerProcess, copy_example, running_server, shm_entries, write_model
 
 # A model that takes 0.5 s: lets a test unregister a region while a request that uses it is running.
 SLOW_MODEL = """
@@ -63,12 +63,8 @@ def shm_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(shm_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess([shm_repo], [], tmp_path_factory.mktemp("srv") / "server.log")
-    try:
-        proc.wait_ready()
+    with running_server([shm_repo], tmp_path_factory.mktemp("srv") / "server.log") as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from service.workers.backend import visible_gpu_count
-from tests.conftest import copy_example
+from tests.conftest import add_sub_onnx_model, copy_example
 
 PLAN_CONFIG = """\
 name: "{name}"
@@ -56,21 +56,9 @@ def build_add_sub_plan(path: Path) -> None:
     """An FP32 add/sub engine (INPUT0/1 [-1, 16] -> OUTPUT0/1) built from an ONNX graph with the TensorRT builder."""
     pytest.importorskip("onnx")
     trt = pytest.importorskip("tensorrt")
-    from onnx import TensorProto, helper
+    from onnx import TensorProto
 
-    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 16]) for n in ("INPUT0", "INPUT1")]
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 16]) for n in ("OUTPUT0", "OUTPUT1")]
-    graph = helper.make_graph(
-        [
-            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
-            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
-        ],
-        "add_sub",
-        io,
-        outs,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
+    model = add_sub_onnx_model(TensorProto.FLOAT)
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     network = builder.create_network(0)

@@ -1,0 +1,132 @@
+"""Shared pieces of the benchmark scripts: free ports, starting and stopping Trireme and real Triton, perf_analyzer
+and the servers' inference statistics.
+
+Trireme runs as `python -m service serve` from the repository root; real Triton and perf_analyzer come from
+../shared/tools/install-anchors.sh (`$ANCHORS/bin`, default /tmp/trireme-anchors/bin).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ANCHORS = Path(os.environ.get("ANCHORS", "/tmp/trireme-anchors"))
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 90) -> None:
+    """Wait until something listens on port (or the process dies)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"port {port} not open after {timeout_s} s")
+
+
+def wait_started(proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 120) -> None:
+    """Wait until Trireme's log says the gRPC service started; kills the process if it does not in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
+        if "Started GRPCInferenceService" in log.read_text(errors="replace"):
+            return
+        time.sleep(0.2)
+    proc.kill()
+    raise TimeoutError("server did not start")
+
+
+def start_trireme(repo: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """Trireme (`python -m service serve`) on repo, gRPC on 127.0.0.1:port, output to log; does not wait."""
+    cmd = [
+        sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
+        "--model-repository", str(repo),
+    ]  # fmt: skip
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def start_triton(repo: Path, port: int, log: Path, extra_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """Real Triton 2.51 on repo, gRPC on port (HTTP and metrics on other free ports), output to log; does not wait."""
+    cmd = [
+        str(ANCHORS / "bin" / "tritonserver"),
+        f"--model-repository={repo}",
+        f"--grpc-port={port}",
+        f"--http-port={free_port()}",
+        f"--metrics-port={free_port()}",
+        "--allow-metrics=false",
+        *extra_args,
+    ]
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def stop(procs: Iterable[subprocess.Popen[bytes]], timeout_s: float = 30) -> None:
+    """SIGTERM every process, then wait for each; one still running after timeout_s is killed."""
+    procs = list(procs)
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def perf_analyzer(
+    model: str,
+    port: int,
+    concurrency: int,
+    attempts: Sequence[Sequence[str]],
+    out: Path,
+    extra: Sequence[str] = (),
+    timeout_s: float = 300,
+) -> dict[str, str]:
+    """One perf_analyzer measurement over gRPC; returns the first row of its CSV report.
+
+    Tries each flag set in `attempts` in turn (this shared VM often finds no stable window, so callers pass
+    looser stability settings for later attempts) and raises RuntimeError with the output of the last one.
+    """
+    res: subprocess.CompletedProcess[str] | None = None
+    for i, flags in enumerate(attempts):
+        if i:
+            print(f"perf_analyzer attempt {i} failed; retrying", file=sys.stderr, flush=True)
+        cmd = [
+            str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}",
+            "--concurrency-range", f"{concurrency}:{concurrency}", *flags, "-f", str(out), *extra,
+        ]  # fmt: skip
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        if res.returncode == 0 and out.exists():
+            with out.open() as f:
+                return next(csv.DictReader(f))
+    assert res is not None, "no perf_analyzer attempt"
+    raise RuntimeError(f"perf_analyzer failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+
+
+def inference_counts(port: int, model: str) -> tuple[int, int]:
+    """(inference_count, execution_count) of model from the server's statistics (tritonclient.grpc)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    try:
+        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
+    finally:
+        client.close()
