@@ -72,20 +72,22 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, stab: list[str], t
     return Run(float(found.group(1)), cores)
 
 
-def run_trireme_perf(url: str, model: str, concurrency: int, stab: list[str], processes: int, timeout_s: float) -> Run:
+def run_trireme_perf(
+    url: str, model: str, concurrency: int, stab: list[str], extra: list[str], timeout_s: float
+) -> Run:
     """One trireme-perf run at one concurrency (unstable levels are reported rather than dropped)."""
     cmd = [sys.executable, "-m", "load", "-m", model, "-u", url, *stab, "--concurrency-range", str(concurrency)]
-    cmd += ["--processes", str(processes), "--allow-unstable", "--no-progress", "--json", "-"]
+    cmd += [*extra, "--allow-unstable", "--no-progress", "--json", "-"]
     proc, cores = _timed(cmd, timeout_s)
     if proc.returncode != 0:
         raise ConfigError(f"trireme-perf failed ({proc.returncode}): {proc.stderr[-500:]}")
     return Run(float(json.loads(proc.stdout)["results"][0]["infer_per_sec"]), cores)
 
 
-def format_table(url: str, model: str, processes: int, rows: Sequence[Row]) -> str:
+def format_table(url: str, model: str, how: str, rows: Sequence[Row]) -> str:
     """Markdown table of the medians."""
     lines = [
-        f"server {url}, model {model}, trireme-perf with {processes} client process(es); medians over rounds",
+        f"server {url}, model {model}, trireme-perf {how}; medians over rounds",
         "",
         "| c | perf_analyzer infer/s | trireme-perf infer/s | ratio (min-max) | PA CPU us/inf "
         "| trireme-perf CPU us/inf |",
@@ -114,6 +116,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--concurrency", default="1,4", help="comma-separated levels (default 1,4)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--processes", type=int, default=1, help="trireme-perf client processes")
+    p.add_argument("--transport", choices=["h2", "grpc"], default="h2", help="trireme-perf transport")
     p.add_argument("-p", dest="window", default="3000", help="measurement window msec (default 3000)")
     p.add_argument("--stability", default="20", help="-s for both tools (default 20)")
     p.add_argument("--max-trials", default="20", help="-r for both tools (default 20)")
@@ -127,6 +130,7 @@ def _run(args: argparse.Namespace) -> int:
     levels = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
     stab = ["-p", args.window, "-s", args.stability, "-r", args.max_trials]
     timeout_s = 60 + 1.3 * int(args.window) / 1000 * int(args.max_trials)
+    extra = ["--processes", str(args.processes), "--transport", args.transport]
     with tempfile.TemporaryDirectory(prefix="trireme-crosscheck-") as tmp:
         handle = None
         url = args.url
@@ -143,9 +147,7 @@ def _run(args: argparse.Namespace) -> int:
                         if tool == "pa":
                             row.pa.append(run_perf_analyzer(url, args.model, row.concurrency, stab, timeout_s))
                         else:
-                            row.ours.append(
-                                run_trireme_perf(url, args.model, row.concurrency, stab, args.processes, timeout_s)
-                            )
+                            row.ours.append(run_trireme_perf(url, args.model, row.concurrency, stab, extra, timeout_s))
                     sys.stderr.write(
                         f"round {rnd + 1} c={row.concurrency}: perf_analyzer {row.pa[-1].infer_per_sec:.0f}, "
                         f"trireme-perf {row.ours[-1].infer_per_sec:.0f} infer/s\n"
@@ -153,5 +155,6 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             if handle is not None:
                 handle.stop()
-    sys.stdout.write(format_table(url, args.model, args.processes, rows))
+    how = f"--transport {args.transport} --processes {args.processes}"
+    sys.stdout.write(format_table(url, args.model, how, rows))
     return 0

@@ -182,6 +182,9 @@ class LocalEngine:
         """Stop the current load and start `level` (concurrency slots, or requests per second)."""
         self.stop_load()
         self._stop = threading.Event()
+        with self._lock:  # requests abandoned by a stop that timed out no longer count
+            self._inflight = 0
+            self._idle.set()
         if self.spec.mode == "concurrency":
             self._start_concurrency(int(level))
         else:
@@ -313,7 +316,7 @@ class LocalEngine:
 
     def _end(self) -> None:
         with self._lock:
-            self._inflight -= 1
+            self._inflight = max(0, self._inflight - 1)
             if self._inflight == 0:
                 self._idle.set()
 

@@ -133,6 +133,7 @@ class H2Transport(AsyncTransport):
         host, _, port = url.rpartition(":")
         host = host.strip("[]") or "localhost"
         self._grpc_call = grpc_call
+        self._closing = False
         self._loop = LoopThread()
 
         async def connect() -> H2Connection:
@@ -152,7 +153,8 @@ class H2Transport(AsyncTransport):
         done, body = ctx
         t2 = now_ns()
         if message is None:
-            done(t2, self._explain(body, failure), 0, 0)
+            if not self._closing:  # calls cut off by close() were abandoned by the engine already
+                done(t2, self._explain(body, failure), 0, 0)
             return
         parse_unary(message)
         t3 = now_ns()
@@ -173,5 +175,6 @@ class H2Transport(AsyncTransport):
             self._loop.loop.call_soon_threadsafe(self._conn.send, body, (done, body))
 
     def close(self) -> None:
+        self._closing = True
         self._loop.loop.call_soon_threadsafe(self._conn.close)
         self._loop.stop()
