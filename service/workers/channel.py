@@ -241,6 +241,11 @@ class WorkerChannel:
                 region.write(target.offset, raw)
                 return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_CUDA_SHM, nbytes=nbytes)
             buf = self.client_segments.buffer(target.key)
+            if target.offset + nbytes > len(buf):
+                raise ValueError(
+                    f"shared memory segment '{target.key}' holds {len(buf)} bytes, too few for output '{name}' "
+                    f"({nbytes} bytes at offset {target.offset}); was the region resized after registration?"
+                )
             buf[target.offset : target.offset + nbytes] = raw
             return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_SYSTEM_SHM, nbytes=nbytes)
         if nbytes <= ipc.INLINE_LIMIT:

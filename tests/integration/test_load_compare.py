@@ -92,6 +92,7 @@ def _ours_rate(url: str, concurrency: int) -> float:
 
 
 @pytest.mark.anchors
+@pytest.mark.benchmark
 @pytest.mark.parametrize(("concurrency", "high"), [(1, 1.15), (4, 1.30)])
 def test_matches_perf_analyzer(server: ServerHandle, concurrency: int, high: float) -> None:
     """Interleaved rounds on the same server: median infer/s ratio trireme-perf / perf_analyzer.
