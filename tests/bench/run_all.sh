@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Regenerates every table of docs/benchmarks.md, in the order of its sections, into one markdown file.
+# Usage: bash tests/bench/run_all.sh [OUT.md]  (default benchmarks-<date>.md; needs ../shared/tools/install-anchors.sh)
+# Takes 1-2 hours on the 2-core VM; run it on a quiet machine: every table compares ratios within rounds.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${1:-benchmarks-$(date +%Y%m%d-%H%M).md}
+PY=.venv/bin/python
+section() { printf '\n## %s\n\n' "$1" >>"$OUT"; }
+run() { echo "+ $*" >&2; "$@" >>"$OUT" 2>>"$OUT.log" || echo "(failed: $*; see $OUT.log)" >>"$OUT"; }
+echo "# Benchmarks regenerated $(date -u +%FT%TZ) on $(nproc) cores" >"$OUT"
+section "Core path";                run $PY tests/bench/bench_core_vs_triton.py --rounds 3
+section "Worker control channel";   run env PYTHONPATH=. $PY tests/bench/bench_ipc.py
+section "Streaming (--streaming)";  run $PY tests/bench/bench_core_vs_triton.py --rounds 3 --concurrency 1 4 --extra-pa-args=--streaming
+section "Shared memory";            run $PY tests/bench/bench_shm.py --rounds 3
+section "Scheduler";                run $PY tests/bench/bench_batching.py --rounds 3
+section "Framework backends";       run $PY tests/bench/bench_torch.py --rounds 3
+section "BLS";                      run $PY tests/bench/bench_bls.py --rounds 3
+section "load/: trireme-perf vs perf_analyzer"
+run $PY -m load crosscheck --server trireme -m identity_fp32 --concurrency 1,4 --rounds 5 -p 3000
+echo "wrote $OUT" >&2
