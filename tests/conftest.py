@@ -42,7 +42,10 @@ class ServerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        # own process group, so a test can signal "the server and its group" as a terminal would
+        self.proc = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def log(self) -> str:
         """Everything the server printed so far."""

@@ -48,6 +48,9 @@ async def run_auto_complete(
             pass_fds=(child.fileno(),),
             env=worker_env(),
             stdin=asyncio.subprocess.DEVNULL,
+            # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
+            # kill workers behind the server's back; the server stops them, or they exit on EOF
+            start_new_session=True,
         )
     finally:
         child.close()

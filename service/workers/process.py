@@ -198,6 +198,9 @@ class WorkerProcess:
                 pass_fds=(child_sock.fileno(), cancel_child.fileno()),
                 env=worker_env(self.spec.env),
                 stdin=asyncio.subprocess.DEVNULL,
+                # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
+                # kill workers behind the server's back; the server stops them, or they exit on EOF
+                start_new_session=True,
             )
         finally:
             child_sock.close()

@@ -277,3 +277,30 @@ def test_unknown_triton_flags_are_accepted_and_nothing_leaks(tmp_path: Path, sta
     assert server.proc.returncode == 0
     assert not {n for n in shm_entries() if n.startswith(ours)}
     assert "+---" in server.log() and "| identity_fp32" in server.log()
+
+
+def test_group_signal_stops_the_server_not_its_workers(tmp_path: Path, start_server) -> None:
+    copy_example(tmp_path, "identity_fp32", "add_sub")
+    server = start_server([tmp_path])
+    workers = server.worker_pids()
+    assert len(workers) == 2
+    os.killpg(server.proc.pid, signal.SIGTERM)  # as `timeout` does: the whole group; workers are not in it
+    server.proc.wait(20)
+    assert server.proc.returncode == 0  # orderly shutdown, workers finalized by the server
+    assert "add_sub: cleaning up" in server.log()
+
+
+def test_workers_exit_when_the_server_dies_hard(tmp_path: Path, start_server) -> None:
+    copy_example(tmp_path, "identity_fp32")
+    server = start_server([tmp_path])
+    (worker,) = server.worker_pids()
+    server.proc.kill()
+    server.proc.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return  # the worker saw EOF on its control socket and exited
+        time.sleep(0.05)
+    raise AssertionError(f"worker {worker} outlived the killed server")
