@@ -1,4 +1,5 @@
 # CPU image of Trireme: `docker build -t trireme . && docker run -p 8001:8001 trireme`
+# (installed editable so the generated example model under service/example_models is the one served)
 # Mount a Triton model repository with `-v /models:/models` and pass `--model-repository /models`.
 FROM python:3.11-slim
 
@@ -17,7 +18,7 @@ COPY tools ./tools
 # the CPU build of torch (the default index serves CUDA builds) and onnxruntime for the framework backends
 RUN pip install --upgrade pip \
  && pip install --index-url https://download.pytorch.org/whl/cpu torch \
- && pip install ".[onnx]"
+ && pip install -e ".[onnx]"
 # the seed TorchScript example is generated, not checked in
 RUN python tools/make_example_models.py
 
