@@ -10,6 +10,7 @@ from typing import Any
 
 from protos import model_config_pb2 as mc
 from service import __version__
+from service.core.log_settings import LogSettings
 from service.core.repository import READY, ModelRepository, ModelVersion
 from service.core.stats import ModelStats
 from service.core.validation import validate_request
@@ -33,6 +34,7 @@ EXTENSIONS = [
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "logging",
 ]
 
 
@@ -80,6 +82,7 @@ class Engine:
         self.live = True
         self.accepting = True
         self.model_control_mode = "none"  # "none" | "poll" | "explicit" (set by the server)
+        self.log_settings = LogSettings()
 
     # ---- model control ----------------------------------------------------------------------------------
     def _require_explicit(self) -> None:

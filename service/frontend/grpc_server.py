@@ -220,8 +220,27 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def TraceSetting(self, request: Any, context: Any) -> pb.TraceSettingResponse:
         await _abort(context, ServiceError(ErrorCode.UNSUPPORTED, "tracing is not supported by this server"))
 
-    async def LogSettings(self, request: Any, context: Any) -> pb.LogSettingsResponse:
-        await _abort(context, ServiceError(ErrorCode.UNSUPPORTED, "log settings are not supported by this server yet"))
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
+        changes = {}
+        for key, value in request.settings.items():
+            which = value.WhichOneof("parameter_choice")
+            if which is not None:
+                changes[key] = getattr(value, which)
+        try:
+            if changes:
+                self.engine.log_settings.update(changes)
+        except Exception as e:
+            await _abort(context, e)
+        response = pb.LogSettingsResponse()
+        for key, current in self.engine.log_settings.as_dict().items():
+            entry = response.settings[key]
+            if isinstance(current, bool):
+                entry.bool_param = current
+            elif isinstance(current, int):
+                entry.uint32_param = current
+            else:
+                entry.string_param = current
+        return response
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):

@@ -270,3 +270,23 @@ def test_model_errors_fail_only_that_request(grpc_client: grpcclient.InferenceSe
     good = _input("INPUT0", np.array([[1.5, 2.5]], np.float32), "FP32")
     np.testing.assert_array_equal(grpc_client.infer("raise_error", [good]).as_numpy("OUTPUT0"), [[1.5, 2.5]])
     assert grpc_client.is_server_ready()
+
+
+def test_log_settings(grpc_client: grpcclient.InferenceServerClient) -> None:
+    settings = grpc_client.get_log_settings(as_json=True)["settings"]
+    assert set(settings) == {"log_file", "log_info", "log_warning", "log_error", "log_verbose_level", "log_format"}
+    assert settings["log_info"]["bool_param"] is True
+    updated = grpc_client.update_log_settings({"log_verbose_level": 1, "log_format": "ISO8601"}, as_json=True)
+    assert updated["settings"]["log_verbose_level"]["uint32_param"] == 1
+    assert updated["settings"]["log_format"]["string_param"] == "ISO8601"
+    grpc_client.update_log_settings({"log_verbose_level": 0, "log_format": "default"})
+    _expect_error(
+        lambda: grpc_client.update_log_settings({"log_file": "/tmp/x.log"}),
+        "StatusCode.UNIMPLEMENTED",
+        "log_file can not be changed via network",
+    )
+    _expect_error(
+        lambda: grpc_client.update_log_settings({"log_format": "xml"}),
+        "StatusCode.INVALID_ARGUMENT",
+        "invalid argument for log_format",
+    )
