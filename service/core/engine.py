@@ -10,6 +10,7 @@ from typing import Any
 
 from protos import model_config_pb2 as mc
 from service import __version__
+from service.core.classification import classify, load_labels
 from service.core.log_settings import LogSettings
 from service.core.repository import READY, ModelRepository, ModelVersion
 from service.core.stats import ModelStats
@@ -83,6 +84,7 @@ class Engine:
         self.accepting = True
         self.model_control_mode = "none"  # "none" | "poll" | "explicit" (set by the server)
         self.log_settings = LogSettings()
+        self._labels: dict[tuple[str, str], list[str]] = {}  # (model dir, label file) -> labels
 
     # ---- model control ----------------------------------------------------------------------------------
     def _require_explicit(self) -> None:
@@ -357,6 +359,8 @@ class Engine:
 
     def _enqueue(self, mv: ModelVersion, request: InferRequest, on_response: ResponseCallback) -> None:
         """Hand a prepared request to its scheduler, holding its shm regions until the final response."""
+        if any(o.classification for o in request.outputs):
+            on_response = self._classifier(mv, request, on_response)
         request.on_response = on_response
         self._hold_shm(request)
         assert mv.scheduler is not None
@@ -365,6 +369,32 @@ class Engine:
         except BaseException:
             self.release_shm(request)
             raise
+
+    def _classifier(self, mv: ModelVersion, request: InferRequest, deliver: ResponseCallback) -> ResponseCallback:
+        """Wrap a response callback so outputs requested with `classification` become top-k strings."""
+        wanted = {o.name: o.classification for o in request.outputs if o.classification}
+        labels = {}
+        for t in mv.config.output:
+            if t.name in wanted:
+                key = (mv.model_dir, t.label_filename)
+                if key not in self._labels:
+                    self._labels[key] = load_labels(*key)
+                labels[t.name] = self._labels[key]
+        batched = mv.config.max_batch_size > 0
+
+        def on_response(response: InferResponse) -> None:
+            if response.error is None and response.outputs:
+                try:
+                    response.outputs = [
+                        classify(o, wanted[o.name], labels[o.name], batched) if o.name in wanted else o
+                        for o in response.outputs
+                    ]
+                except ValueError as e:
+                    response.outputs = []
+                    response.error = ServiceError(ErrorCode.INVALID_ARG, str(e))
+            deliver(response)
+
+        return on_response
 
     def cancel(self, request: InferRequest, mv: ModelVersion) -> None:
         """The client gave up on a submitted request."""
