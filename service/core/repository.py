@@ -17,6 +17,7 @@ from service.core.ensemble_graph import step_model_names
 from service.core.scheduler import Scheduler
 from service.core.stats import ModelStats
 from service.core.validation import ModelSignature, tensor_spec
+from service.core.warmup import run_warmup
 from service.errors import ErrorCode, ServiceError
 from service.workers.backend import visible_gpu_count
 from service.workers.pool import InstancePool
@@ -225,6 +226,12 @@ class ModelRepository:
             if config.platform != "ensemble":
                 pool = InstancePool(self._instance_specs(mv))
                 await pool.start()
+                if config.model_warmup:
+                    try:
+                        await run_warmup(config, mv.model_dir, str(version), pool)
+                    except BaseException:
+                        await pool.stop()
+                        raise
             mv.pool = pool
             mv.scheduler = self.scheduler_factory(mv, pool)
             mv.state = READY
