@@ -71,6 +71,7 @@ def test_each_request_answered_once_while_a_worker_is_killed(tmp_path: Path, sta
     assert not [o for o in outcomes if o.startswith("wrong")]
     assert set(outcomes) <= {"ok", "error:StatusCode.UNAVAILABLE"}
     assert outcomes.count("ok") >= total // 2  # only the killed instance's batches failed
+    assert "exited; restarting it" in server.log()  # the kill really happened under load
     # the server keeps serving once the instance is back
     deadline = time.monotonic() + 20
     while not client.is_model_ready("slowish") and time.monotonic() < deadline:
