@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest
-from shm.tensor import CONFIG_TO_DATATYPE, ELEMENT_SIZE, deserialize_bytes, element_count
+from shm.tensor import CONFIG_TO_DATATYPE, ELEMENT_SIZE, element_count
+from shm.views import bytes_extent
 
 
 @dataclass(slots=True, frozen=True)
@@ -128,11 +129,17 @@ def _check_byte_size(
     count = element_count(shape)
     if datatype == "BYTES":
         if data is None:
-            return  # in shared memory: checked by the worker when it decodes
+            return  # in shared memory: Engine checks it in place once the region is resolved
         try:
-            deserialize_bytes(data, count)
+            extent = bytes_extent(data, count)  # walks the prefixes without copying the elements
         except ValueError as e:
             raise _fail(request, f"input '{name}' for model '{model}' has malformed BYTES data: {e}") from None
+        if extent != len(data):
+            raise _fail(
+                request,
+                f"input '{name}' for model '{model}' has malformed BYTES data: {count} elements use {extent} "
+                f"of the {len(data)} bytes sent",
+            )
         return
     expected = ELEMENT_SIZE[datatype] * count
     if actual != expected:

@@ -93,8 +93,3 @@ class Allocator:
                 return
         self._free_starts.insert(i, offset)
         self._free_sizes[offset] = size
-
-    @property
-    def used_bytes(self) -> int:
-        """Bytes currently allocated."""
-        return sum(self._used.values())

@@ -20,7 +20,7 @@ import numpy as np
 
 from service.workers import ipc
 from service.workers.arena import Allocator, ArenaMap
-from shm.tensor import DATATYPE_TO_NUMPY, numpy_to_datatype, numpy_to_raw, raw_to_numpy
+from shm.tensor import numpy_to_datatype, numpy_to_raw, raw_to_numpy
 
 
 class ClientSegments:
@@ -176,16 +176,6 @@ class WorkerChannel:
         with self._read_lock:
             return None if ready() else self.recv()
 
-    def try_read_one(self, handle: Callable[[Any], None]) -> bool:
-        """If nobody is reading, read one message and hand it to `handle` before releasing the read lock."""
-        if not self._read_lock.acquire(blocking=False):
-            return False
-        try:
-            handle(self.recv())
-        finally:
-            self._read_lock.release()
-        return True
-
     def wait_for(self, future: Future[Any]) -> Any:
         """Block until `future` is resolved, reading and dispatching frames while nobody else reads."""
         while not future.done():
@@ -267,8 +257,3 @@ class OutputTooLarge(Exception):
             f"shared memory size specified with the request for output '{name}' ({capacity} bytes) "
             f"should be at least {needed} bytes to hold the results"
         )
-
-
-def empty_like_spec(datatype: str, shape: list[int]) -> np.ndarray:
-    """A zero-filled array for a datatype/shape (used for padding requests)."""
-    return np.zeros(shape, dtype=DATATYPE_TO_NUMPY[datatype])

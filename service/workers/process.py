@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -412,8 +411,3 @@ class WorkerProcess:
             on_done(self, None)
         if was_alive and self.on_exit is not None:
             self.on_exit(self)
-
-
-def now_ns() -> int:
-    """Monotonic clock in ns (one place to fake in tests)."""
-    return time.monotonic_ns()
