@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ServerProcess, running_server, write_model
+from tests.integration.test_bls import REPEAT_PY  # decoupled: int(INPUT0[0]) responses, then FINAL
 
 # y = x * SCALE + OFFSET; with RENDEZVOUS set, first waits (up to 20 s) until its peer step has started too,
 # which only happens if the ensemble runs both steps at the same time
@@ -54,20 +55,6 @@ input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 parameters [ {params} ]
-"""
-
-REPEAT_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            sender = request.get_response_sender()
-            for k in range(int(x[0])):
-                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x + k)]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
 """
 
 REPEAT_CONFIG = """
