@@ -45,30 +45,224 @@ class ServerConfig:
     using_example_repository: bool = False
 
 
+# Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
+# real? Add it to build_parser and delete its entry here (a real flag of the same name already wins).
+IGNORED_TRITON_FLAGS: dict[str, str] = {
+    "--allow-http": "serve the HTTP/REST endpoint",
+    "--http-port": "port of the HTTP/REST endpoint (8000)",
+    "--http-address": "address of the HTTP/REST endpoint",
+    "--http-thread-count": "threads of the HTTP endpoint",
+    "--http-header-forward-pattern": "HTTP headers forwarded to backends as request parameters",
+    "--http-restricted-api": "API groups of the HTTP endpoint that need a header key",
+    "--reuse-http-port": "let several servers share the HTTP port",
+    "--allow-grpc": "serve the gRPC endpoint (Trireme always does)",
+    "--reuse-grpc-port": "let several servers share the gRPC port",
+    "--grpc-header-forward-pattern": "gRPC headers forwarded to backends as request parameters",
+    "--grpc-infer-allocation-pool-size": "gRPC inference request objects kept for reuse",
+    "--grpc-max-response-pool-size": "gRPC response objects kept for reuse",
+    "--grpc-use-ssl": "serve gRPC over TLS",
+    "--grpc-use-ssl-mutual": "serve gRPC over mutual TLS",
+    "--grpc-server-cert": "TLS certificate file of the gRPC endpoint",
+    "--grpc-server-key": "TLS key file of the gRPC endpoint",
+    "--grpc-root-cert": "TLS root certificate file of the gRPC endpoint",
+    "--grpc-infer-response-compression-level": "compression of gRPC inference responses",
+    "--grpc-keepalive-time": "gRPC keepalive ping period (ms)",
+    "--grpc-keepalive-timeout": "gRPC keepalive ping timeout (ms)",
+    "--grpc-keepalive-permit-without-calls": "allow keepalive pings with no call in flight",
+    "--grpc-http2-max-pings-without-data": "HTTP/2 pings allowed without data",
+    "--grpc-http2-min-recv-ping-interval-without-data": "minimum HTTP/2 ping interval without data (ms)",
+    "--grpc-http2-max-ping-strikes": "bad HTTP/2 pings before the connection closes",
+    "--grpc-max-connection-age": "maximum age of a gRPC connection (ms)",
+    "--grpc-max-connection-age-grace": "grace period after the maximum connection age (ms)",
+    "--grpc-restricted-protocol": "gRPC API groups that need a header key",
+    "--allow-sagemaker": "serve the SageMaker endpoint",
+    "--sagemaker-port": "port of the SageMaker endpoint",
+    "--sagemaker-safe-port-range": "port range of SageMaker multi-model mode",
+    "--sagemaker-thread-count": "threads of the SageMaker endpoint",
+    "--allow-vertex-ai": "serve the Vertex AI endpoint",
+    "--vertex-ai-port": "port of the Vertex AI endpoint",
+    "--vertex-ai-thread-count": "threads of the Vertex AI endpoint",
+    "--vertex-ai-default-model": "model that Vertex AI requests go to",
+    "--allow-metrics": "serve Prometheus metrics",
+    "--allow-gpu-metrics": "report GPU metrics",
+    "--allow-cpu-metrics": "report CPU metrics",
+    "--metrics-address": "address of the metrics endpoint",
+    "--metrics-port": "port of the metrics endpoint (8002)",
+    "--metrics-interval-ms": "how often GPU/CPU metrics are collected (ms)",
+    "--metrics-config": "metrics settings (key=value)",
+    "--trace-config": "tracing settings (key=value)",
+    "--trace-file": "file traces are written to",
+    "--trace-level": "what is traced",
+    "--trace-rate": "trace one request in N",
+    "--trace-count": "number of requests traced",
+    "--trace-log-frequency": "traces per trace file",
+    "--repository-poll-secs": "repository poll period in poll mode",
+    "--model-load-thread-count": "threads that load models",
+    "--model-load-retry-count": "retries of a failed model load",
+    "--model-namespacing": "models of the same name in different repositories",
+    "--model-load-gpu-limit": "GPU memory share at which model loading stops",
+    "--enable-peer-access": "CUDA peer access between GPUs",
+    "--pinned-memory-pool-byte-size": "size of the pinned host memory pool",
+    "--cuda-memory-pool-byte-size": "size of a GPU's CUDA memory pool (gpu:bytes)",
+    "--cuda-virtual-address-size": "CUDA virtual address space per GPU",
+    "--min-supported-compute-capability": "oldest CUDA compute capability used",
+    "--buffer-manager-thread-count": "threads that copy input/output buffers",
+    "--host-policy": "NUMA host policy (name,key=value)",
+    "--rate-limit": "rate limiter mode (off, execution_count)",
+    "--rate-limit-resource": "a resource of the rate limiter (name:count:device)",
+    "--cache-config": "response cache settings (cache,key=value)",
+    "--cache-directory": "directory of cache implementations",
+    "--response-cache-byte-size": "size of the response cache (deprecated in Triton)",
+    "--backend-directory": "directory of backend libraries",
+    "--repoagent-directory": "directory of repository agents",
+    "--log-info": "log INFO messages (Trireme: always on)",
+    "--log-warning": "log WARNING messages (Trireme: always on)",
+    "--log-error": "log ERROR messages (Trireme: always on)",
+    "--log-format": "log line format (default, ISO8601)",
+    "--log-file": "file the log is written to",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """Flags with Triton's names; `--flag=value` and `--flag value` both work."""
-    p = argparse.ArgumentParser(prog="trireme", description="Trireme: a Triton-compatible inference server.")
-    p.add_argument("--model-repository", "--model-store", action="append", default=[], dest="model_repository")
-    p.add_argument("--grpc-port", type=int, default=8001)
-    p.add_argument("--grpc-address", default="0.0.0.0")
-    p.add_argument("--strict-model-config", type=parse_bool, default=None)
-    p.add_argument("--disable-auto-complete-config", action="store_true")
-    p.add_argument("--model-control-mode", choices=["none", "poll", "explicit"], default="none")
-    p.add_argument("--load-model", action="append", default=[])
-    p.add_argument("--exit-on-error", type=parse_bool, default=True)
-    p.add_argument("--strict-readiness", type=parse_bool, default=True)
-    p.add_argument("--log-verbose", type=int, default=0)
-    p.add_argument("--exit-timeout-secs", type=int, default=30)
-    p.add_argument("--id", default="triton")
-    p.add_argument("--allow-client-shm", type=parse_bool, default=True)
-    p.add_argument("--model-config-name", default="")
+    """Flags with Triton's names; `--flag=value` and `--flag value` both work. Every flag carries help text."""
+    p = argparse.ArgumentParser(
+        prog="trireme serve",
+        usage="trireme serve [--model-repository DIR ...] [--grpc-port PORT] [options]",
+        description="Trireme: a Triton-compatible inference server. Flags keep Triton's names and meanings; "
+        "the value in parentheses is Trireme's default. Both --flag value and --flag=value work.",
+    )
+    p.add_argument(
+        "--model-repository",
+        "--model-store",
+        action="append",
+        default=[],
+        dest="model_repository",
+        metavar="DIR",
+        help="a model repository to serve; repeatable (default: the embedded example repository)",
+    )
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=8001,
+        metavar="PORT",
+        help="port of the gRPC service; 0 picks a free one (8001)",
+    )
+    p.add_argument(
+        "--grpc-address", default="0.0.0.0", metavar="ADDR", help="address the gRPC service binds to (0.0.0.0)"
+    )
+    p.add_argument(
+        "--strict-model-config",
+        type=parse_bool,
+        default=None,
+        metavar="BOOL",
+        help="older Triton name: true disables auto-completion of config.pbtxt (false)",
+    )
+    p.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="do not fill missing config.pbtxt fields from the model; every config must be complete (off)",
+    )
+    p.add_argument(
+        "--model-control-mode",
+        choices=["none", "poll", "explicit"],
+        default="none",
+        help="none: load everything at start, no load/unload RPCs; explicit: only --load-model at start, "
+        "then the repository API loads and unloads; poll: load everything, then follow repository changes (none)",
+    )
+    p.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --model-control-mode=explicit: a model to load at start; repeatable; '*' loads all (none)",
+    )
+    p.add_argument(
+        "--exit-on-error",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="exit when a model fails to load at start; false serves the others (true)",
+    )
+    p.add_argument(
+        "--strict-readiness",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="server ready only when every model is ready; false: ready once the server is up (true)",
+    )
+    p.add_argument("--log-verbose", type=int, default=0, metavar="N", help="verbose logging level; 0 is off (0)")
+    p.add_argument(
+        "--exit-timeout-secs",
+        type=int,
+        default=30,
+        metavar="SECS",
+        help="on SIGINT/SIGTERM, how long in-flight requests may finish before the server stops (30)",
+    )
+    p.add_argument("--id", default="triton", metavar="ID", help="server id reported by ServerMetadata (triton)")
+    p.add_argument(
+        "--allow-client-shm",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="Trireme only: allow clients to register system/CUDA shared-memory regions (true)",
+    )
+    p.add_argument(
+        "--model-config-name",
+        default="",
+        metavar="NAME",
+        help="read <model>/configs/NAME.pbtxt instead of config.pbtxt where it exists (config.pbtxt)",
+    )
     p.add_argument(
         "--backend-config",
         action="append",
         default=[],
-        help="backend,key=value; python,shm-default-byte-size=N sets each worker's arena size",
+        metavar="BACKEND,KEY=VALUE",
+        help="backend setting; python,shm-default-byte-size=N sets each worker's shared-memory arena "
+        "(256 MiB); other settings are ignored",
     )
+    _add_ignored(p)
     return p
+
+
+def _add_ignored(p: argparse.ArgumentParser) -> None:
+    """Register the ignored Triton flags that no real flag has taken (a real flag always wins)."""
+    group = p.add_argument_group("accepted but ignored Triton flags")
+    for flag, meaning in IGNORED_TRITON_FLAGS.items():
+        if flag in p._option_string_actions:  # another engineer made it a real flag: theirs wins
+            continue
+        group.add_argument(
+            flag,
+            action=_Ignored,
+            nargs="?",
+            metavar="VALUE",
+            help=f"Triton: {meaning}; accepted and ignored",
+        )
+
+
+class _Ignored(argparse.Action):
+    """Records `--flag value` / `--flag=value` / bare `--flag` so parse_args can warn once per flag."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        ignored = list(getattr(namespace, "ignored_flags", None) or [])
+        ignored.append(f"{option_string}={values}" if values is not None else str(option_string))
+        namespace.ignored_flags = ignored
+
+
+def _unknown_flags(tokens: list[str]) -> list[str]:
+    """Pair leftover tokens into flags: `--flag value` becomes '--flag=value', so a value is never a flag."""
+    flags: list[str] = []
+    for token in tokens:
+        if token.startswith("-") or not flags or "=" in flags[-1]:
+            flags.append(token)
+        else:
+            flags[-1] = f"{flags[-1]}={token}"
+    return flags
 
 
 def parse_args(argv: list[str]) -> ServerConfig:
@@ -76,7 +270,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
     if argv and argv[0] == "serve":
         argv = argv[1:]
     args, unknown = build_parser().parse_known_args(argv)
-    for flag in unknown:
+    for flag in [*(getattr(args, "ignored_flags", None) or []), *_unknown_flags(unknown)]:
         log.warning("ignoring unsupported option '%s'", flag)
     config = ServerConfig(
         model_repositories=list(args.model_repository),

@@ -16,6 +16,7 @@ from service.core.bls import BlsServer
 from service.core.engine import Engine
 from service.core.repository import READY, ModelRepository, RepositoryOptions
 from service.core.schedulers import make_scheduler
+from service.examples import missing_example_lines
 from service.frontend.grpc_server import build_grpc_server
 from service.workers.arena import SEGMENT_PREFIX
 from shm.registry import SharedMemoryRegistry
@@ -99,6 +100,8 @@ class Server:
             log.info("removed %d stale shared-memory segments of exited Trireme processes", removed)
         if self.config.using_example_repository:
             log.info("no --model-repository given: serving the embedded example repository")
+            for line in missing_example_lines(self.config.model_repositories[0]):
+                log.warning("%s", line)
         only = None
         if self.config.model_control_mode == "explicit":
             only = (
