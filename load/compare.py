@@ -3,7 +3,7 @@
 For every level and round, each server in turn gets a warm-up and one measurement window while the
 others are idle (the order reverses every other round). Throughput ratios against the first server are
 taken per round and summarized by their median, which is robust to a VM whose speed drifts between
-rounds (see PERF-NOTES.md).
+rounds (its speed can swing 3-5x within minutes, so only same-round ratios compare).
 """
 
 from __future__ import annotations

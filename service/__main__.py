@@ -7,7 +7,7 @@ import os
 import sys
 
 # glibc returns every >128 KiB allocation to the OS at once, so each MiB-sized protobuf field costs page faults
-# on every request (PERF-NOTES.md: ~2x at 1 MiB). Raise the thresholds unless the user set them.
+# on every request (measured: ~2x slower at 1 MiB tensors). Raise the thresholds unless the user set them.
 MALLOC_DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": "67108864", "MALLOC_TRIM_THRESHOLD_": "536870912"}
 
 

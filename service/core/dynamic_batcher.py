@@ -1,7 +1,7 @@
 """DynamicBatcher: Triton's dynamic batching (preferred sizes, queue delay, priorities, queue policies).
 
-Semantics follow PROTOCOL.md §9. Batches form only when an instance is idle; one loop timer per batcher
-wakes it for the queue delay or the nearest request timeout (no per-request timers or wait_for).
+Semantics follow Triton's dynamic batcher (docs/batching.md). Batches form only when an instance is idle; one
+loop timer per batcher wakes it for the queue delay or the nearest request timeout (no per-request timers or wait_for).
 """
 
 from __future__ import annotations

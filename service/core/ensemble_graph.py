@@ -1,7 +1,7 @@
 """Ensemble graphs: parse `ensemble_scheduling` steps and validate them, alone and against composing models.
 
-Vocabulary (PROTOCOL.md §3.2): a step's input_map is {composing model input: ensemble tensor}, its output_map
-{composing model output: ensemble tensor}. Ensemble tensors are the ensemble's inputs and outputs plus every
+Vocabulary (Triton's ensemble_scheduling): a step's input_map is {composing model input: ensemble tensor}, its
+output_map {composing model output: ensemble tensor}. Ensemble tensors are the ensemble's inputs and outputs plus every
 map value. Errors are INVALID_ARG and name the ensemble, the step (index and model) and the tensor.
 """
 

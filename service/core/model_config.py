@@ -101,7 +101,7 @@ def fill_backend(config: mc.ModelConfig, model_dir: str, versions: list[int]) ->
 
 
 def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int = 0) -> None:
-    """Apply Triton's defaults (PROTOCOL.md §3.4) in place. Call after fill_backend and auto-complete."""
+    """Apply Triton's defaults (what its ModelConfig RPC shows) in place. Call after fill_backend and auto-complete."""
     if not config.name:
         config.name = model_name
     if not config.HasField("version_policy"):

@@ -1,4 +1,4 @@
-"""The sequence batcher (PROTOCOL.md §8): sequences pinned to instance slots, direct and oldest strategies.
+"""Triton's sequence batcher (docs/streaming.md): sequences pinned to instance slots, direct and oldest strategies.
 
 Every live sequence holds a slot of one model instance, so all its requests run on that instance, in order.
 New sequences take a free slot or wait in a FIFO backlog. `direct`: an execution takes the next request of

@@ -1,4 +1,4 @@
-"""Per model-version inference statistics, in the shape of ModelStatistics (PROTOCOL.md §1.1, §5)."""
+"""Per model-version inference statistics, in the shape of ModelStatistics (Triton's statistics extension)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from service.types import (
 from shm.tensor import DATATYPE_TO_NUMPY, serialize_bytes
 
 ALLOWED_TRITON_KEYS = ("triton_enable_empty_final_response",)
-# typed contents field per datatype (PROTOCOL.md §1.1)
+# typed contents field per datatype (KServe v2 gRPC InferTensorContents)
 CONTENTS_FIELD = {
     "BOOL": "bool_contents",
     "INT8": "int_contents",

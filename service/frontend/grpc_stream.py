@@ -1,6 +1,6 @@
 """ModelStreamInfer: many requests on one bidirectional stream, responses written as they complete.
 
-Rules (PROTOCOL.md §1.3): a non-decoupled model's single response is written in request order; a decoupled
+Rules (Triton's, docs/streaming.md): a non-decoupled model's single response is written in request order; a decoupled
 model's responses are written as produced; every response carries `triton_final_response`; a decoupled
 model's bare final flag becomes an empty response only when the request set
 `triton_enable_empty_final_response`; errors travel in-band in `error_message` and the stream stays open.

@@ -1,4 +1,4 @@
-"""The one table that maps core error codes to gRPC status codes and HTTP statuses (PROTOCOL.md §0)."""
+"""The one table that maps core error codes to gRPC status codes and HTTP statuses (Triton's codes)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ class BackendContext:
     model_version: str
     model_dir: str  # the model directory (Triton's args['model_repository'])
     version_dir: str  # <model_dir>/<version>
-    config: dict[str, Any]  # the normalized config as JSON (PROTOCOL.md §3.4)
+    config: dict[str, Any]  # the normalized config as JSON (as the ModelConfig RPC returns it)
     config_json: str
     instance_name: str
     instance_kind: str  # "CPU" | "GPU" | "MODEL"

@@ -1,7 +1,8 @@
 """Trireme's `triton_python_backend_utils`: the API unmodified Triton Python-backend models import as pb_utils.
 
 The worker installs this module as `sys.modules["triton_python_backend_utils"]` before importing model.py.
-Behaviour follows Triton's python_backend documentation (PROTOCOL.md §6); the implementation is our own.
+Behaviour follows Triton's python_backend documentation (github.com/triton-inference-server/python_backend); the
+implementation is our own.
 """
 
 from __future__ import annotations
