@@ -106,3 +106,4 @@ class InferRequest:
     on_response: ResponseCallback | None = None
     context: Any = None  # per-request bookkeeping owned by the scheduler/pool
     cancelled: bool = False
+    stamps: list[tuple[str, int]] | None = None  # stage timestamps, only when TRIREME_STAGE_TRACE is set

@@ -229,6 +229,8 @@ class Engine:
             self.release_shm(request)
             raise
         request.arrival_ns = time.monotonic_ns()
+        if request.stamps is not None:
+            request.stamps.append(("prepared", request.arrival_ns))
         return mv
 
     # ---- client shared memory ----------------------------------------------------------------------------
@@ -344,6 +346,8 @@ class Engine:
 
         self._enqueue(mv, request, on_response)
         assert mv.scheduler is not None
+        if request.stamps is not None:
+            request.stamps.append(("enqueued", time.monotonic_ns()))
         try:
             return await future
         except asyncio.CancelledError:

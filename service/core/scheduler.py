@@ -169,11 +169,17 @@ class InstanceScheduler(Scheduler):
             if track is not None:
                 track.dispatch_ns = now
                 track.worker = worker
+            if req.stamps is not None:
+                req.stamps.append(("dispatch", now))
         self.running[worker] = batch
         worker.execute(batch, self._on_done)
 
     def _on_done(self, worker: WorkerProcess, done: ipc.ExecDone | None) -> None:
         batch = self.running.pop(worker, [])
+        if done is not None and done.stamps:
+            for req in batch:
+                if req.stamps is not None:
+                    req.stamps.extend((name, ns) for name, ns in done.stamps)
         if done is not None:
             size = sum(r.batch_size for r in batch)
             self.stats.record_execution(size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns)

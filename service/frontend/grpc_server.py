@@ -11,6 +11,7 @@ import grpc
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 from protos import health_pb2, health_pb2_grpc
+from service import stagetrace
 from service.core.engine import Engine
 from service.errors import ErrorCode, ServiceError
 from service.frontend import grpc_codec as codec
@@ -109,6 +110,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ---- inference ------------------------------------------------------------------------------------------
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        if stagetrace.RECORDER is not None:
+            return await self._traced_infer(request, context, stagetrace.RECORDER)
         try:
             response = await self.engine.infer(codec.decode_infer_request(request))
         except Exception as e:
@@ -116,6 +119,25 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         if response.error is not None:
             await _abort(context, response.error)
         return codec.encode_infer_response(response)
+
+    async def _traced_infer(
+        self, request: pb.ModelInferRequest, context: Any, recorder: stagetrace.Recorder
+    ) -> pb.ModelInferResponse:
+        """ModelInfer with stage timestamps (TRIREME_STAGE_TRACE set): same behaviour, one JSON line each."""
+        handler = stagetrace.now()
+        try:
+            req = codec.decode_infer_request(request)
+            req.stamps = [("handler", handler), ("decoded", stagetrace.now())]
+            response = await self.engine.infer(req)
+        except Exception as e:
+            await _abort(context, e)
+        req.stamps.append(("resumed", stagetrace.now()))
+        if response.error is not None:
+            await _abort(context, response.error)
+        encoded = codec.encode_infer_response(response)
+        req.stamps.append(("encoded", stagetrace.now()))
+        recorder.write(req.stamps)
+        return encoded
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any) -> None:
         await grpc_stream.serve_stream(self.engine, context)  # reads with context.read(), writes with write()

@@ -144,6 +144,7 @@ class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True):
     compute_input_ns: int = 0
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
+    stamps: list[tuple[str, int]] = []  # worker stage timestamps (monotonic ns), only when stage tracing
 
 
 class BlsRequest(msgspec.Struct, tag="bls", array_like=True, omit_defaults=True):

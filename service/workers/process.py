@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -259,6 +260,11 @@ class WorkerProcess:
             rids.append(rid)
         self.batches[batch_id] = (rids, on_done)
         self.send(ipc.Execute(batch_id, messages))
+        if batch[0].stamps is not None:
+            sent = time.monotonic_ns()
+            for req in batch:
+                if req.stamps is not None:
+                    req.stamps.append(("frame_sent", sent))
 
     def _request_message(self, rid: int, req: InferRequest, offsets: list[int]) -> ipc.RequestMsg:
         tensors = []
@@ -336,6 +342,8 @@ class WorkerProcess:
         if rec is None:
             return
         req = rec.request
+        if req.stamps is not None:
+            req.stamps.append(("response_frame", time.monotonic_ns()))
         if msg.final:
             del self.inflight[msg.rid]
             if rec.arena_offsets and self.in_alloc is not None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from service import stagetrace
 from service.errors import ErrorCode
 from service.workers import ipc
 from service.workers.backend import Backend, BackendContext, WorkerRequest, load_backend_class
@@ -139,6 +140,8 @@ class Worker:
     def run_batch(self, ex: ipc.Execute) -> None:
         """Materialize a batch, call the backend, report completion."""
         assert self.backend is not None
+        tracing = stagetrace.RECORDER is not None
+        w0 = time.monotonic_ns() if tracing else 0
         t0 = time.perf_counter_ns()
         batch: list[WorkerRequest] = []
         for r in ex.requests:
@@ -164,6 +167,7 @@ class Worker:
             for req in batch:
                 self.requests[req.rid] = req
         t1 = time.perf_counter_ns()
+        w1 = time.monotonic_ns() if tracing else 0
         # non-decoupled responses all come during execute: send them with ExecDone in one write
         corked = not self.backend.decoupled
         if corked:
@@ -177,12 +181,16 @@ class Worker:
                 if not req.closed:
                     req.fail(ErrorCode.INTERNAL, message)
         t2 = time.perf_counter_ns()
+        w2 = time.monotonic_ns() if tracing else 0
         if not self.backend.decoupled:
             for req in batch:
                 if not req.closed:
                     req.fail(ErrorCode.INTERNAL, "model returned no response for the request")
         self.bls.flush()
         done = ipc.ExecDone(ex.batch_id, t1 - t0, t2 - t1, 0)
+        if tracing:
+            w3 = time.monotonic_ns()
+            done.stamps = [("worker_start", w0), ("execute_start", w1), ("execute_end", w2), ("worker_send", w3)]
         if corked:
             self.channel.uncork(done)
         else:

@@ -54,13 +54,18 @@ def wait_started(proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 12
     raise TimeoutError("server did not start")
 
 
-def start_trireme(repo: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    """Trireme (`python -m service serve`) on repo, gRPC on 127.0.0.1:port, output to log; does not wait."""
+def start_trireme(
+    repo: Path, port: int, log: Path, env: dict[str, str] | None = None, extra_args: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
+    """Trireme (`python -m service serve`) on repo, gRPC on 127.0.0.1:port, output to log; does not wait.
+
+    `env` adds variables to the server's environment (e.g. TRIREME_STAGE_TRACE)."""
     cmd = [
         sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
-        "--model-repository", str(repo),
+        "--model-repository", str(repo), *extra_args,
     ]  # fmt: skip
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=full_env)
 
 
 def start_triton(repo: Path, port: int, log: Path, extra_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
@@ -130,3 +135,61 @@ def inference_counts(port: int, model: str) -> tuple[int, int]:
         return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
     finally:
         client.close()
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and all its descendants (from /proc/<pid>/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue
+    return out
+
+
+def proc_usage(pid: int) -> dict[str, float]:
+    """CPU seconds (user+system) and context switches (voluntary, involuntary, summed over threads) of one pid."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return {"cpu_s": 0.0, "vol": 0.0, "invol": 0.0, "threads": 0.0}
+    vol = invol = 0
+    threads = 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue
+        threads += 1
+        for line in text.splitlines():
+            if line.startswith("voluntary_ctxt_switches"):
+                vol += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches"):
+                invol += int(line.split()[1])
+    return {"cpu_s": (int(fields[11]) + int(fields[12])) / ticks, "vol": vol, "invol": invol, "threads": threads}
+
+
+def tree_usage(pid: int) -> dict[int, dict[str, float]]:
+    """proc_usage for pid and each descendant, by pid."""
+    return {p: proc_usage(p) for p in process_tree(pid)}
+
+
+def usage_per_request(
+    before: dict[int, dict[str, float]], after: dict[int, dict[str, float]], requests: int, root: int
+) -> dict[str, dict[str, float]]:
+    """Per-process deltas divided by `requests`: {"server"|"child <pid>": {cpu_us, wakeups, invol}}."""
+    out = {}
+    for p, a in after.items():
+        b = before.get(p, {"cpu_s": 0.0, "vol": 0.0, "invol": 0.0})
+        n = max(requests, 1)
+        out["server" if p == root else f"child {p}"] = {
+            "cpu_us": (a["cpu_s"] - b["cpu_s"]) * 1e6 / n,
+            "wakeups": (a["vol"] - b["vol"]) / n,
+            "invol": (a["invol"] - b["invol"]) / n,
+        }
+    return out

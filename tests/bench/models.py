@@ -1,0 +1,38 @@
+"""Model repositories the hot-path benchmarks share: the unbatched FP32 identity model, in each instance mode."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+IDENTITY_SRC = ROOT / "service" / "example_models" / "identity_fp32_any" / "1" / "model.py"
+
+CONFIG = """name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{extra}"""
+
+IN_PROCESS = 'parameters { key: "TRIREME_INSTANCE_MODE" value: { string_value: "in_process" } }\n'
+
+MODEL = "identity"  # unbatched FP32 [-1] identity, one worker-process instance (the default)
+MODEL_IN_PROCESS = "identity_inproc"  # the same model with an in-process instance (Trireme only)
+
+
+def write_identity(repo: Path, name: str = MODEL, in_process: bool = False) -> None:
+    """Add the unbatched identity model `name` to repo (in-process instance when asked)."""
+    (repo / name / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copy(IDENTITY_SRC, repo / name / "1" / "model.py")
+    (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name, extra=IN_PROCESS if in_process else ""))
+
+
+def identity_repos(work: Path) -> tuple[Path, Path]:
+    """(repo with both Trireme models, repo with only the worker-process model for Triton)."""
+    trireme, triton = work / "repo_trireme", work / "repo_triton"
+    write_identity(trireme)
+    write_identity(trireme, MODEL_IN_PROCESS, in_process=True)
+    write_identity(triton)
+    return trireme, triton
