@@ -34,4 +34,3 @@ def test_stage_trace_records_each_request(start_server, tmp_path: Path, monkeypa
         ordered = [at[n] for n in ("handler", "decoded", "prepared", "dispatch", "worker_start", "execute_end")]
         assert ordered == sorted(ordered)
         assert at["worker_send"] <= at["response_frame"] <= at["resumed"] <= at["encoded"]
-
