@@ -24,6 +24,25 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got '{text}'")
 
 
+def parse_cache_config(entries: list[str]) -> int | None:
+    """Byte budget from `--cache-config local,size=N` entries; None when no cache is configured.
+
+    Raises ValueError for another cache implementation or a malformed setting.
+    """
+    size: int | None = None
+    for entry in entries:
+        name, _, setting = entry.partition(",")
+        if name != "local":
+            raise ValueError(f"unsupported cache '{name}': only the 'local' cache is available")
+        key, _, value = setting.partition("=")
+        if key != "size":
+            raise ValueError(f"unknown 'local' cache setting '{key}' (expected size=<bytes>)")
+        if not value.isascii() or not value.isdigit():
+            raise ValueError(f"'local' cache size must be a number of bytes, got '{value}'")
+        size = int(value)
+    return size
+
+
 @dataclass(slots=True)
 class ServerConfig:
     """Everything the server needs to start."""
@@ -43,6 +62,7 @@ class ServerConfig:
     model_config_name: str = ""
     arena_bytes: int = 256 << 20
     using_example_repository: bool = False
+    cache_bytes: int | None = None  # --cache-config local,size=N: the response cache's byte budget
 
 
 # Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
@@ -110,9 +130,7 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--host-policy": "NUMA host policy (name,key=value)",
     "--rate-limit": "rate limiter mode (off, execution_count)",
     "--rate-limit-resource": "a resource of the rate limiter (name:count:device)",
-    "--cache-config": "response cache settings (cache,key=value)",
     "--cache-directory": "directory of cache implementations",
-    "--response-cache-byte-size": "size of the response cache (deprecated in Triton)",
     "--backend-directory": "directory of backend libraries",
     "--repoagent-directory": "directory of repository agents",
     "--log-info": "log INFO messages (Trireme: always on)",
@@ -220,6 +238,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="backend setting; python,shm-default-byte-size=N sets each worker's shared-memory arena "
         "(256 MiB); other settings are ignored",
     )
+    p.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        metavar="local,size=BYTES",
+        help="response cache and its byte budget; models opt in with response_cache { enable: true } (off)",
+    )
+    p.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="older Triton spelling of --cache-config local,size=BYTES (off)",
+    )
     _add_ignored(p)
     return p
 
@@ -269,7 +301,8 @@ def parse_args(argv: list[str]) -> ServerConfig:
     """ServerConfig from argv (without the program name); unknown Triton flags only warn."""
     if argv and argv[0] == "serve":
         argv = argv[1:]
-    args, unknown = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
     for flag in [*(getattr(args, "ignored_flags", None) or []), *_unknown_flags(unknown)]:
         log.warning("ignoring unsupported option '%s'", flag)
     config = ServerConfig(
@@ -293,6 +326,12 @@ def parse_args(argv: list[str]) -> ServerConfig:
         key, _, value = setting.partition("=")
         if backend == "python" and key == "shm-default-byte-size" and value.isdigit():
             config.arena_bytes = max(1 << 20, int(value))
+    try:
+        config.cache_bytes = parse_cache_config(list(args.cache_config))
+    except ValueError as e:
+        parser.error(f"--cache-config: {e}")
+    if config.cache_bytes is None and args.response_cache_byte_size:
+        config.cache_bytes = args.response_cache_byte_size
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True

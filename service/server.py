@@ -87,6 +87,8 @@ class Server:
         self.shm_registry = SharedMemoryRegistry() if config.allow_client_shm else None
         self.engine = Engine(self.repository, self.shm_registry, config.strict_readiness)
         self.engine.model_control_mode = config.model_control_mode
+        if config.cache_bytes:
+            self.engine.enable_response_cache(config.cache_bytes)
         self.engine.log_settings.log_verbose_level = config.log_verbose
         self.bls.engine = self.engine
         self.grpc_server: grpc.aio.Server | None = None

@@ -10,6 +10,7 @@ from typing import Any
 
 from protos import model_config_pb2 as mc
 from service import __version__
+from service.core.cache_gate import CacheGate
 from service.core.classification import classify, load_labels
 from service.core.log_settings import LogSettings
 from service.core.repository import READY, ModelRepository, ModelVersion
@@ -85,6 +86,13 @@ class Engine:
         self.model_control_mode = "none"  # "none" | "poll" | "explicit" (set by the server)
         self.log_settings = LogSettings()
         self._labels: dict[tuple[str, str], list[str]] = {}  # (model dir, label file) -> labels
+        self.cache_gate: CacheGate | None = None  # set by enable_response_cache (--cache-config)
+
+    def enable_response_cache(self, budget_bytes: int) -> None:
+        """Answer repeated requests of models with `response_cache { enable: true }` from a local cache."""
+        from service.core.response_cache import ResponseCache
+
+        self.cache_gate = CacheGate(ResponseCache(budget_bytes), self._shm_input_bytes)
 
     # ---- model control ----------------------------------------------------------------------------------
     def _require_explicit(self) -> None:
@@ -306,6 +314,16 @@ class Engine:
 
         request.on_response = on_response
 
+    def _shm_input_bytes(self, request: InferRequest, name: str) -> memoryview | None:
+        """The bytes of an input held in a system shared-memory region (None for CUDA regions)."""
+        t = next(t for t in request.inputs if t.name == name)
+        assert t.shm is not None
+        if t.shm.kind != "system":
+            return None
+        held = self._shm_holds.get(request, ())
+        region = next(r for r in held if r.name == t.shm.region and r.offset == t.shm.offset)
+        return self.shm_registry.read(region)
+
     def release_shm(self, request: InferRequest) -> None:
         """Drop the shm region references `request` holds (idempotent)."""
         held = self._shm_holds.pop(request, None)
@@ -363,6 +381,15 @@ class Engine:
 
     def _enqueue(self, mv: ModelVersion, request: InferRequest, on_response: ResponseCallback) -> None:
         """Hand a prepared request to its scheduler, holding its shm regions until the final response."""
+        gate = self.cache_gate
+        if gate is not None and gate.applies_to(mv):
+            hit, key = gate.lookup(mv, request)
+            if hit is not None:  # answered from the cache: the model does not run
+                self.release_shm(request)
+                asyncio.get_running_loop().call_soon(on_response, hit)
+                return
+            if key is not None:
+                on_response = gate.storing(mv, key, on_response)
         if any(o.classification for o in request.outputs):
             on_response = self._classifier(mv, request, on_response)
         request.on_response = on_response
