@@ -85,6 +85,7 @@ class BlsServer:
         )
         call = _Call(worker, msg.id, request, offsets)
         self._calls[(worker, msg.id)] = call
+        worker.uses_bls = True
         try:
             self._submit(call, msg)
         except ServiceError as e:

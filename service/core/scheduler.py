@@ -7,7 +7,6 @@ reach the caller through `InferRequest.on_response`; schedulers wrap it once to 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections import deque
@@ -105,13 +104,20 @@ class InstanceScheduler(Scheduler):
 
     Subclasses implement `enqueue` (put the request in their queue, then call `_pump`) and `_next_batch`
     (take the next batch to run from their queue, or None).
+
+    `idle` holds free execution slots: each instance appears once per slot. With `depth` 2 (pipelining, used
+    for unbatched models) an instance is handed its next batch while it still runs the current one, so it
+    starts that batch the moment it finishes instead of waiting for the server to see ExecDone and send more.
+    An instance that has made BLS calls keeps one slot (a nested request must never queue behind its caller).
     """
+
+    depth = 1
 
     def __init__(self, pool: InstancePool, stats: ModelStats, clock: Clock | None = None) -> None:
         self.pool = pool
         self.stats = stats
-        self.idle: deque[WorkerProcess] = deque(pool.workers)
-        self.running: dict[WorkerProcess, list[InferRequest]] = {}
+        self.idle: deque[WorkerProcess] = deque(w for _ in range(self.depth) for w in pool.workers)
+        self.running: dict[WorkerProcess, deque[list[InferRequest]]] = {}
         pool.on_available = self._on_available
         pool.on_lost = self._on_lost
         self.clock: Clock = clock if clock is not None else LoopClock(asyncio.get_running_loop())
@@ -128,13 +134,24 @@ class InstanceScheduler(Scheduler):
     def _pump(self) -> None:
         """Start batches while there are idle instances and ready work."""
         while self.idle:
-            if not self.idle[0].alive:  # died while idle: the pool restarts it and reports it available
+            worker = self.idle[0]
+            if not worker.alive or (worker.uses_bls and worker in self.running):
+                # died while idle (the pool restarts it and reports it available), or a pipelined slot of an
+                # instance that makes BLS calls (its slot comes back when its running batch is done)
                 self.idle.popleft()
                 continue
             batch = self._next_batch()
             if not batch:
                 return
             self._dispatch(self.idle.popleft(), batch)
+
+    def _take_slot(self) -> WorkerProcess | None:
+        """Pop a usable execution slot (see _pump), or None."""
+        while self.idle:
+            worker = self.idle.popleft()
+            if worker.alive and not (worker.uses_bls and worker in self.running):
+                return worker
+        return None
 
     # ---- request tracking ------------------------------------------------------------------------------
     def track(self, request: InferRequest) -> None:
@@ -171,37 +188,56 @@ class InstanceScheduler(Scheduler):
                 track.worker = worker
             if req.stamps is not None:
                 req.stamps.append(("dispatch", now))
-        self.running[worker] = batch
+        running = self.running.get(worker)
+        if running is None:
+            running = self.running[worker] = deque()
+        running.append(batch)
         worker.execute(batch, self._on_done)
 
     def _on_done(self, worker: WorkerProcess, done: ipc.ExecDone | None) -> None:
-        batch = self.running.pop(worker, [])
+        running = self.running.get(worker)
+        batch = running.popleft() if running else []
+        if not running:
+            self.running.pop(worker, None)
+        else:  # a pipelined batch starts now: its queue time ends here, as if it had been dispatched now
+            now = self.clock.now_ns()
+            for req in running[0]:
+                track: Any = req.context
+                if track is not None:
+                    track.dispatch_ns = now
         if done is not None and done.stamps:
             for req in batch:
                 if req.stamps is not None:
                     req.stamps.extend((name, ns) for name, ns in done.stamps)
         if done is not None:
-            size = sum(r.batch_size for r in batch)
-            self.stats.record_execution(size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns)
-            for req in batch:
-                track: Any = req.context
-                if track is not None and not track.failed:
-                    self.stats.record_request(
-                        track.dispatch_ns - req.arrival_ns,
-                        done.compute_input_ns,
-                        done.compute_infer_ns,
-                        done.compute_output_ns,
-                    )
+            if done.executed:
+                self._record(batch, done)
             if worker.alive:
-                self.idle.append(worker)
+                missing = 1
+                if worker.uses_bls:  # its pipelined slots were dropped in _pump: give back what is free now
+                    missing = self.depth - len(self.running.get(worker, ())) - self.idle.count(worker)
+                self.idle.extend([worker] * missing)
         self._pump()
 
+    def _record(self, batch: list[InferRequest], done: ipc.ExecDone) -> None:
+        size = sum(r.batch_size for r in batch)
+        self.stats.record_execution(size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns)
+        for req in batch:
+            track: Any = req.context
+            if track is not None and not track.failed:
+                self.stats.record_request(
+                    track.dispatch_ns - req.arrival_ns,
+                    done.compute_input_ns,
+                    done.compute_infer_ns,
+                    done.compute_output_ns,
+                )
+
     def _on_available(self, worker: WorkerProcess) -> None:
-        self.idle.append(worker)
+        self.idle.extend(worker for _ in range(self.depth))
         self._pump()
 
     def _on_lost(self, worker: WorkerProcess) -> None:
-        with contextlib.suppress(ValueError):
+        while worker in self.idle:
             self.idle.remove(worker)
 
     def cancel_running(self, request: InferRequest) -> None:
@@ -212,7 +248,12 @@ class InstanceScheduler(Scheduler):
 
 
 class DirectScheduler(InstanceScheduler):
-    """Models without dynamic or sequence batching: one request per execution, FIFO, first idle instance."""
+    """Models without dynamic or sequence batching: one request per execution, FIFO, first idle instance.
+
+    Pipelined (depth 2): each instance holds its next request while it runs the current one.
+    """
+
+    depth = 2
 
     def __init__(
         self, pool: InstancePool, stats: ModelStats, max_queue_size: int = 0, clock: Clock | None = None
@@ -221,16 +262,22 @@ class DirectScheduler(InstanceScheduler):
         self.queue: deque[InferRequest] = deque()
         self.max_queue_size = max_queue_size
 
+    def pipelined(self) -> int:
+        """Requests handed to a busy instance that have not started: they still count as queued."""
+        return sum(len(batches) - 1 for batches in self.running.values())
+
     def enqueue(self, request: InferRequest) -> None:
-        if self.max_queue_size and len(self.queue) >= self.max_queue_size:
+        if self.max_queue_size and len(self.queue) + self.pipelined() >= self.max_queue_size:
             raise ServiceError(
                 ErrorCode.UNAVAILABLE,
                 f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size",
             )
         self.track(request)
-        if self.idle and not self.queue and self.idle[0].alive:
-            self._dispatch(self.idle.popleft(), [request])
-            return
+        if not self.queue:
+            worker = self._take_slot()
+            if worker is not None:
+                self._dispatch(worker, [request])
+                return
         self.queue.append(request)
         self._pump()
 

@@ -145,6 +145,7 @@ class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True):
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
     stamps: list[tuple[str, int]] = []  # worker stage timestamps (monotonic ns), only when stage tracing
+    executed: bool = True  # False: every request was cancelled before the batch started, nothing ran
 
 
 class BlsRequest(msgspec.Struct, tag="bls", array_like=True, omit_defaults=True):

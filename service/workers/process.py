@@ -132,6 +132,7 @@ class WorkerProcess:
         self.batches: dict[int, tuple[list[int], DoneCallback]] = {}
         self._startup: asyncio.Future[Any] | None = None
         self._closed = asyncio.get_running_loop().create_future()
+        self.uses_bls = False  # set once the instance made a BLS call (the scheduler stops pipelining to it)
         self.bytes_copied = 0  # input payload bytes copied to this worker, arena or inline (zero-copy accounting)
         self.message_handlers: dict[type, Callable[[Any], None]] = {}
         if spec.attach is not None:

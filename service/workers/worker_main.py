@@ -64,6 +64,7 @@ class Worker:
         self.config: dict[str, Any] = json.loads(init.config_json)
         self.requests: dict[int, WorkerRequest] = {}
         self.requests_lock = threading.Lock()
+        self.cancelled_early: set[int] = set()  # rids cancelled before their batch started
         self.executions: list[ipc.Execute] = []
         self.backend: Backend | None = None
         self.output_names = [o["name"] for o in self.config.get("output", [])] + [
@@ -112,6 +113,8 @@ class Worker:
                     req = self.requests.get(rid)
                     if req is not None:
                         req.cancelled = True
+                    else:  # not started yet (pipelined behind the running batch): never run it
+                        self.cancelled_early.add(rid)
         elif isinstance(message, ipc.Unmap):
             self.channel.client_segments.drop(message.keys)
         elif isinstance(message, ipc.BlsResponse):
@@ -144,7 +147,18 @@ class Worker:
         w0 = time.monotonic_ns() if tracing else 0
         t0 = time.perf_counter_ns()
         batch: list[WorkerRequest] = []
+        if self.cancelled_early:
+            with self.requests_lock:
+                skip, last = self.cancelled_early, ex.requests[-1].rid if ex.requests else 0
+                self.cancelled_early = {rid for rid in skip if rid > last}
+            for r in ex.requests:
+                if r.rid in skip:
+                    self._send_error(r.rid, ErrorCode.CANCELLED, "request cancelled by the client")
+        else:
+            skip = set()
         for r in ex.requests:
+            if r.rid in skip:
+                continue
             try:
                 inputs = {t.name: self.channel.tensor_to_numpy(t) for t in r.inputs}
             except Exception as e:
@@ -188,6 +202,8 @@ class Worker:
                     req.fail(ErrorCode.INTERNAL, "model returned no response for the request")
         self.bls.flush()
         done = ipc.ExecDone(ex.batch_id, t1 - t0, t2 - t1, 0)
+        if not batch and skip:
+            done.executed = False
         if tracing:
             w3 = time.monotonic_ns()
             done.stamps = [("worker_start", w0), ("execute_start", w1), ("execute_end", w2), ("worker_send", w3)]

@@ -64,9 +64,11 @@ class FakeWorker:
     def __init__(self, name: str) -> None:
         self.name = name
         self.alive = True
+        self.uses_bls = False
         self.batches: list[list[InferRequest]] = []
         self.on_done: Any = None
         self.cancelled: list[InferRequest] = []
+        self.finished = 0
 
     def execute(self, batch: list[InferRequest], on_done: Any) -> None:
         self.batches.append(batch)
@@ -76,8 +78,9 @@ class FakeWorker:
         self.cancelled += requests
 
     def finish(self, infer_ns: int = 5000, answer: bool = True) -> list[InferRequest]:
-        """Answer every request of the last batch and report ExecDone."""
-        batch = self.batches[-1]
+        """Answer every request of the oldest unfinished batch and report ExecDone."""
+        batch = self.batches[self.finished]
+        self.finished += 1
         if answer:
             for req in batch:
                 assert req.on_response is not None

@@ -30,8 +30,10 @@ def test_one_request_per_execution_in_arrival_order() -> None:
     for rid in ("a", "b", "c"):
         sched.enqueue(request(clock, responses, rid, rows=2))
     w = pool.workers[0]
-    assert [[r.id for r in b] for b in w.batches] == [["a"]]
+    # pipelined: the instance holds its next request while it runs the first
+    assert [[r.id for r in b] for b in w.batches] == [["a"], ["b"]]
     w.finish()
+    assert [[r.id for r in b] for b in w.batches] == [["a"], ["b"], ["c"]]
     w.finish()
     w.finish()
     assert [[r.id for r in b] for b in w.batches] == [["a"], ["b"], ["c"]]
@@ -49,7 +51,7 @@ def test_requests_spread_over_idle_instances() -> None:
 def test_queue_limit_and_queue_time() -> None:
     sched, pool, clock, responses = make(max_queue_size=1)
     sched.enqueue(request(clock, responses, "a"))
-    sched.enqueue(request(clock, responses, "b"))
+    sched.enqueue(request(clock, responses, "b"))  # handed to the busy instance, still counts as queued
     with pytest.raises(ServiceError) as e:
         sched.enqueue(request(clock, responses, "c"))
     assert (e.value.code, e.value.message) == (ErrorCode.UNAVAILABLE, "[request id: c] Exceeds maximum queue size")

@@ -53,6 +53,7 @@ class FakeWorker:
     def __init__(self, name: str) -> None:
         self.spec = FakeSpec(name)
         self.alive = True
+        self.uses_bls = False
         self.batches: list[list[InferRequest]] = []
         self.on_done: Any = None
 
