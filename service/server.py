@@ -16,6 +16,8 @@ from service.core.bls import BlsServer
 from service.core.engine import Engine
 from service.core.repository import READY, ModelRepository, RepositoryOptions
 from service.core.schedulers import make_scheduler
+from service.core.shm_plan import plan_arenas
+from service.errors import ServiceError
 from service.examples import missing_example_lines
 from service.frontend.grpc_server import build_grpc_server
 from service.workers.arena import SEGMENT_PREFIX
@@ -104,6 +106,18 @@ class Server:
             log.info("no --model-repository given: serving the embedded example repository")
             for line in missing_example_lines(self.config.model_repositories[0]):
                 log.warning("%s", line)
+        try:
+            model_dirs = await asyncio.get_running_loop().run_in_executor(None, self.repository.scan)
+            plan = plan_arenas(
+                list(model_dirs.values()),
+                self.config.arena_bytes,
+                self.config.model_config_name,
+                self.repository.options.gpu_count,
+            )
+        except ServiceError as e:
+            log.error("cannot start: %s", e.message)
+            return False
+        self.repository.options.arena_bytes = plan.arena_bytes
         only = None
         if self.config.model_control_mode == "explicit":
             only = (
