@@ -7,6 +7,14 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from service.security_config import (
+    GrpcSettings,
+    RestrictedApi,
+    add_security_flags,
+    check_restricted,
+    grpc_settings,
+)
+
 log = logging.getLogger("trireme.config")
 
 EXAMPLE_REPOSITORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example_models")
@@ -63,6 +71,10 @@ class ServerConfig:
     arena_bytes: int = 256 << 20
     using_example_repository: bool = False
     cache_bytes: int | None = None  # --cache-config local,size=N: the response cache's byte budget
+    grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    http_restricted: list[RestrictedApi] = field(default_factory=list)
+    max_inflight_requests: int = 0  # server-wide bound on requests in flight (0: none)
+    max_inflight_requests_per_model: int = 0  # the same bound for each model version (0: none)
 
 
 # Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
@@ -73,28 +85,13 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--http-address": "address of the HTTP/REST endpoint",
     "--http-thread-count": "threads of the HTTP endpoint",
     "--http-header-forward-pattern": "HTTP headers forwarded to backends as request parameters",
-    "--http-restricted-api": "API groups of the HTTP endpoint that need a header key",
     "--reuse-http-port": "let several servers share the HTTP port",
     "--allow-grpc": "serve the gRPC endpoint (Trireme always does)",
     "--reuse-grpc-port": "let several servers share the gRPC port",
     "--grpc-header-forward-pattern": "gRPC headers forwarded to backends as request parameters",
     "--grpc-infer-allocation-pool-size": "gRPC inference request objects kept for reuse",
     "--grpc-max-response-pool-size": "gRPC response objects kept for reuse",
-    "--grpc-use-ssl": "serve gRPC over TLS",
-    "--grpc-use-ssl-mutual": "serve gRPC over mutual TLS",
-    "--grpc-server-cert": "TLS certificate file of the gRPC endpoint",
-    "--grpc-server-key": "TLS key file of the gRPC endpoint",
-    "--grpc-root-cert": "TLS root certificate file of the gRPC endpoint",
     "--grpc-infer-response-compression-level": "compression of gRPC inference responses",
-    "--grpc-keepalive-time": "gRPC keepalive ping period (ms)",
-    "--grpc-keepalive-timeout": "gRPC keepalive ping timeout (ms)",
-    "--grpc-keepalive-permit-without-calls": "allow keepalive pings with no call in flight",
-    "--grpc-http2-max-pings-without-data": "HTTP/2 pings allowed without data",
-    "--grpc-http2-min-recv-ping-interval-without-data": "minimum HTTP/2 ping interval without data (ms)",
-    "--grpc-http2-max-ping-strikes": "bad HTTP/2 pings before the connection closes",
-    "--grpc-max-connection-age": "maximum age of a gRPC connection (ms)",
-    "--grpc-max-connection-age-grace": "grace period after the maximum connection age (ms)",
-    "--grpc-restricted-protocol": "gRPC API groups that need a header key",
     "--allow-sagemaker": "serve the SageMaker endpoint",
     "--sagemaker-port": "port of the SageMaker endpoint",
     "--sagemaker-safe-port-range": "port range of SageMaker multi-model mode",
@@ -252,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="older Triton spelling of --cache-config local,size=BYTES (off)",
     )
+    add_security_flags(p)
     _add_ignored(p)
     return p
 
@@ -318,7 +316,13 @@ def parse_args(argv: list[str]) -> ServerConfig:
         server_id=args.id,
         allow_client_shm=args.allow_client_shm,
         model_config_name=args.model_config_name,
+        grpc=grpc_settings(args),
+        http_restricted=list(args.http_restricted_api),
+        max_inflight_requests=max(0, args.max_inflight_requests),
+        max_inflight_requests_per_model=max(0, args.max_inflight_requests_per_model),
     )
+    check_restricted(config.grpc.restricted, "--grpc-restricted-protocol")
+    check_restricted(config.http_restricted, "--http-restricted-api")
     if args.disable_auto_complete_config or args.strict_model_config is True:
         config.auto_complete = False
     for entry in args.backend_config:

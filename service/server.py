@@ -12,6 +12,7 @@ import grpc
 import uvloop
 
 from service.config import ServerConfig
+from service.core.admission import Admission
 from service.core.bls import BlsServer
 from service.core.engine import Engine
 from service.core.repository import READY, ModelRepository, RepositoryOptions
@@ -87,7 +88,8 @@ class Server:
             config.model_repositories, options, lambda mv, pool: make_scheduler(mv, pool, self.engine)
         )
         self.shm_registry = SharedMemoryRegistry() if config.allow_client_shm else None
-        self.engine = Engine(self.repository, self.shm_registry, config.strict_readiness)
+        admission = Admission(config.max_inflight_requests, config.max_inflight_requests_per_model)
+        self.engine = Engine(self.repository, self.shm_registry, config.strict_readiness, admission)
         self.engine.model_control_mode = config.model_control_mode
         if config.cache_bytes:
             self.engine.enable_response_cache(config.cache_bytes)
@@ -135,7 +137,7 @@ class Server:
             )
             return False
         self.grpc_server, self.grpc_port = build_grpc_server(
-            self.engine, f"{self.config.grpc_address}:{self.config.grpc_port}"
+            self.engine, f"{self.config.grpc_address}:{self.config.grpc_port}", self.config.grpc
         )
         await self.grpc_server.start()
         print(f"Started GRPCInferenceService at {self.config.grpc_address}:{self.grpc_port}", flush=True)

@@ -10,12 +10,13 @@ from typing import Any
 
 from protos import model_config_pb2 as mc
 from service import __version__
+from service.core.admission import Admission
 from service.core.cache_gate import CacheGate
 from service.core.classification import classify, load_labels
 from service.core.log_settings import LogSettings
 from service.core.repository import READY, ModelRepository, ModelVersion
 from service.core.stats import ModelStats
-from service.core.validation import validate_request
+from service.core.validation import check_model_name, parse_version, validate_request
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, ResponseCallback, ShmRef
 from shm.errors import ShmError
@@ -73,8 +74,16 @@ class IndexEntry:
 class Engine:
     """Everything a frontend may ask of the server, with no knowledge of gRPC or HTTP."""
 
-    def __init__(self, repository: ModelRepository, shm_registry: Any = None, strict_readiness: bool = True) -> None:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        shm_registry: Any = None,
+        strict_readiness: bool = True,
+        admission: Admission | None = None,
+    ) -> None:
         self.repository = repository
+        # in-flight bounds; None when no bound is configured (no bookkeeping on the hot path then)
+        self.admission = admission if admission is not None and admission.enabled else None
         self.shm_registry = shm_registry
         # shm regions held by requests between prepare() and their final response
         self._shm_holds: dict[InferRequest, list[Any]] = {}
@@ -104,6 +113,7 @@ class Engine:
     async def load_model(self, name: str, config_json: str = "") -> None:
         """Load (or reload) a model in explicit mode; `config_json` overrides its config.pbtxt."""
         self._require_explicit()
+        check_model_name(name)
         override = None
         if config_json:
             from service.core.model_config import from_json
@@ -123,6 +133,7 @@ class Engine:
     async def unload_model(self, name: str) -> None:
         """Unload every version of a model in explicit mode (requests already queued finish first)."""
         self._require_explicit()
+        check_model_name(name)
         await self.repository.unload(name)
 
     # ---- health and metadata ----------------------------------------------------------------------------
@@ -194,7 +205,7 @@ class Engine:
         if not ready:
             raise ServiceError(ErrorCode.INVALID_ARG, f"requested model '{name}' is not available")
         if version:
-            mv = ready.get(int(version)) if version.isdigit() else None
+            mv = ready.get(parse_version(version))
             if mv is None:
                 raise ServiceError(
                     ErrorCode.INVALID_ARG, f"requested model version is not available for model '{name}'"
@@ -392,6 +403,10 @@ class Engine:
                 on_response = gate.storing(mv, key, on_response)
         if any(o.classification for o in request.outputs):
             on_response = self._classifier(mv, request, on_response)
+        admission = self.admission
+        if admission is not None:
+            admission.enter(mv)  # raises UNAVAILABLE above a bound
+            on_response = self._admitted(admission, mv, on_response)
         request.on_response = on_response
         self._hold_shm(request)
         assert mv.scheduler is not None
@@ -399,7 +414,23 @@ class Engine:
             mv.scheduler.enqueue(request)
         except BaseException:
             self.release_shm(request)
+            if admission is not None:
+                admission.leave(mv)
             raise
+
+    @staticmethod
+    def _admitted(admission: Admission, mv: ModelVersion, deliver: ResponseCallback) -> ResponseCallback:
+        """Wrap a response callback so the request leaves the admission count on its final response."""
+        done = False
+
+        def on_response(response: InferResponse) -> None:
+            nonlocal done
+            if response.final and not done:
+                done = True
+                admission.leave(mv)
+            deliver(response)
+
+        return on_response
 
     def _classifier(self, mv: ModelVersion, request: InferRequest, deliver: ResponseCallback) -> ResponseCallback:
         """Wrap a response callback so outputs requested with `classification` become top-k strings."""

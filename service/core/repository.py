@@ -16,7 +16,7 @@ from service.core.ensemble import LoadBarrier
 from service.core.ensemble_graph import step_model_names
 from service.core.scheduler import Scheduler
 from service.core.stats import ModelStats
-from service.core.validation import ModelSignature, tensor_spec
+from service.core.validation import ModelSignature, parse_version, tensor_spec
 from service.core.warmup import run_warmup
 from service.errors import ErrorCode, ServiceError
 from service.workers.backend import visible_gpu_count
@@ -323,17 +323,8 @@ class ModelRepository:
         entry = self.models.get(name)
         if entry is None or (not entry.versions and not entry.error):
             raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
-        if version and version != "-1":
-            try:
-                v = int(version)
-                if v < 0:
-                    raise ValueError
-            except ValueError:
-                raise ServiceError(
-                    ErrorCode.INVALID_ARG,
-                    f"failed to get model version from specified version string '{version}' (value must be a "
-                    "non-negative integer)",
-                ) from None
+        if version:
+            v = parse_version(version)
             mv = entry.versions.get(v)
             if mv is None:
                 raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' version {v} is not found")

@@ -38,6 +38,30 @@ def tensor_spec(name: str, data_type_enum_name: str, dims: list[int], optional: 
     return TensorSpec(name, CONFIG_TO_DATATYPE.get(data_type_enum_name, "INVALID"), tuple(dims), optional)
 
 
+def parse_version(version: str) -> int:
+    """A requested model version: ASCII digits only ("-1", "+1", full-width or Arabic-Indic digits are rejected)."""
+    if version.isascii() and version.isdigit():
+        return int(version)
+    if version[:1] == "-" and version[1:].isascii() and version[1:].isdigit():
+        raise ServiceError(
+            ErrorCode.INVALID_ARG,
+            f"invalid model version specified '{version}' , version should be an integral value > 0",
+        )
+    raise ServiceError(
+        ErrorCode.INVALID_ARG,
+        f"failed to get model version from specified version string '{version}' (details: only the ASCII digits "
+        "0-9 are allowed), version should be an integral value > 0",
+    )
+
+
+def check_model_name(name: str) -> None:
+    """A model name from a load/unload request, checked before any file-system lookup (Triton's messages)."""
+    if not name.strip():
+        raise ServiceError(ErrorCode.INVALID_ARG, "Model name cannot be empty. Please enter a valid name to deploy.")
+    if name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise ServiceError(ErrorCode.INVALID_ARG, "model name must not contain path traversal characters")
+
+
 def _prefix(request: InferRequest) -> str:
     return f"[request id: {request.id or '<id_unknown>'}] "
 
@@ -78,7 +102,9 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> None:
             if not shape:
                 raise _fail(request, f"input '{t.name}' for model '{model}' must have a batch dimension")
             this_batch = shape[0]
-            if this_batch > sig.max_batch_size:
+            if not 0 < this_batch <= sig.max_batch_size:
+                if this_batch == 0:
+                    raise _fail(request, f"inference request batch-size must be >= 1 for '{model}'")
                 raise _fail(request, f"inference request batch-size must be <= {sig.max_batch_size} for '{model}'")
             if batch_size and this_batch != batch_size:
                 raise _fail(

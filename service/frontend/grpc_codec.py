@@ -151,10 +151,36 @@ def _shm_params(params: Any, tensor: str) -> ShmRef | None:
     return ShmRef(region.string_param, "", "", offset, int(param_value(size_p)))  # type: ignore[arg-type]
 
 
-def _typed_contents(t: pb.ModelInferRequest.InferInputTensor) -> bytes:
+# the datatype each typed contents field carries (named in errors)
+FIELD_DATATYPE = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
+# a request body that is not valid protobuf: the deserializer answers this instead of raising
+UNPARSABLE: Any = object()
+
+
+def _typed_contents(t: pb.ModelInferRequest.InferInputTensor, model: str) -> bytes:
     field = CONTENTS_FIELD.get(t.datatype)
     if field is None:
         raise invalid_arg(f"datatype '{t.datatype}' of input '{t.name}' cannot be sent as typed contents")
+    present = [f.name for f, _ in t.contents.ListFields()]
+    if present and present != [field]:
+        if field in present:
+            raise invalid_arg(
+                f"unexpected explicit tensor data for input tensor '{t.name}' for model '{model}', binary data "
+                "was already supplied."
+            )
+        raise invalid_arg(
+            f"unexpected explicit tensor data for input tensor '{t.name}' for model '{model}' of type "
+            f"'{FIELD_DATATYPE[present[0]]}', expected datatype '{t.datatype}'"
+        )
     values = getattr(t.contents, field)
     if t.datatype == "BYTES":
         return serialize_bytes(values)
@@ -187,7 +213,7 @@ def decode_infer_request(msg: pb.ModelInferRequest) -> InferRequest:
                     f"contents field must not be specified when using raw_input_contents for '{t.name}' "
                     f"for model '{msg.model_name}'"
                 )
-            inputs.append(InputTensor(t.name, t.datatype, list(t.shape), _typed_contents(t)))
+            inputs.append(InputTensor(t.name, t.datatype, list(t.shape), _typed_contents(t, msg.model_name)))
             continue
         if raw_index >= raw_count:
             raise invalid_arg(

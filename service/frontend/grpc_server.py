@@ -16,7 +16,16 @@ from service.core.engine import Engine
 from service.errors import ErrorCode, ServiceError
 from service.frontend import grpc_codec as codec
 from service.frontend import grpc_stream
+from service.frontend.grpc_handlers import (
+    HEALTH_SERVICE,
+    INFERENCE_SERVICE,
+    HandlerFactory,
+    add_service,
+    health_handlers,
+    inference_handlers,
+)
 from service.frontend.status import GRPC_STATUS
+from service.security_config import GrpcSettings
 from shm.errors import ShmError
 
 log = logging.getLogger("trireme.grpc")
@@ -60,8 +69,10 @@ async def _shm_call(
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Every RPC of inference.GRPCInferenceService."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, handlers: HandlerFactory, stream_buffer_bytes: int = 64 << 20) -> None:
         self.engine = engine
+        self.handlers = handlers
+        self.stream_buffer_bytes = stream_buffer_bytes
 
     # ---- health & metadata --------------------------------------------------------------------------------
     async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
@@ -140,7 +151,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return encoded
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any) -> None:
-        await grpc_stream.serve_stream(self.engine, context)  # reads with context.read(), writes with write()
+        # reads with context.read(), writes with write()
+        await grpc_stream.serve_stream(self.engine, context, self.stream_buffer_bytes, self.handlers.note_unparsable)
 
     # ---- model control -------------------------------------------------------------------------------------
     async def RepositoryModelLoad(self, request: Any, context: Any) -> pb.RepositoryModelLoadResponse:
@@ -280,14 +292,44 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         return health_pb2.HealthCheckResponse(status=status)
 
 
-def build_grpc_server(engine: Engine, address: str) -> tuple[grpc.aio.Server, int]:
-    """A grpc.aio server bound to `address` (host:port; port 0 picks one). Returns (server, bound port)."""
-    server = grpc.aio.server(options=SERVER_OPTIONS)
-    servicer = InferenceServicer(engine)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(engine), server)
+def _read_pem(path: str, what: str) -> bytes:
     try:
-        port = server.add_insecure_port(address)
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise OSError(f"unable to read the gRPC {what} '{path}': {e.strerror}") from None
+
+
+def server_credentials(settings: GrpcSettings) -> grpc.ServerCredentials | None:
+    """TLS credentials from Triton's --grpc-use-ssl* / --grpc-*-cert flags (None: plaintext)."""
+    if not settings.use_ssl:
+        return None
+    if not settings.server_cert or not settings.server_key:
+        raise OSError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+    key = _read_pem(settings.server_key, "server key")
+    cert = _read_pem(settings.server_cert, "server certificate")
+    root = _read_pem(settings.root_cert, "root certificate") if settings.root_cert else None
+    if settings.use_ssl_mutual and root is None:
+        raise OSError("--grpc-use-ssl-mutual needs --grpc-root-cert (the CA that signs client certificates)")
+    return grpc.ssl_server_credentials([(key, cert)], root, require_client_auth=settings.use_ssl_mutual)
+
+
+def build_grpc_server(
+    engine: Engine, address: str, settings: GrpcSettings | None = None
+) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server bound to `address` (host:port; port 0 picks one). Returns (server, bound port)."""
+    settings = settings or GrpcSettings()
+    credentials = server_credentials(settings)
+    server = grpc.aio.server(options=[*SERVER_OPTIONS, *settings.channel_args.items()])
+    factory = HandlerFactory(settings.restricted)
+    servicer = InferenceServicer(engine, factory, settings.stream_buffer_bytes)
+    add_service(server, INFERENCE_SERVICE, inference_handlers(servicer, factory))
+    add_service(server, HEALTH_SERVICE, health_handlers(HealthServicer(engine), factory))
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     except RuntimeError:
         port = 0
     if port == 0:

@@ -6,6 +6,10 @@ model's bare final flag becomes an empty response only when the request set
 `triton_enable_empty_final_response`; errors travel in-band in `error_message` and the stream stays open.
 When the client cancels the call or goes away, every request of the stream still queued is cancelled (it never
 executes) and running ones are flagged (pb_utils `request.is_cancelled()`).
+
+Flow control: responses not yet written (the client reads slower than the model answers) are counted in bytes;
+above `buffer_bytes` the server stops reading requests until the writer catches up, so an unread stream holds a
+bounded amount of memory and HTTP/2 flow control pushes back on the client. A cancelled stream drops what it holds.
 """
 
 from __future__ import annotations
@@ -13,17 +17,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 
 import grpc
 
 from protos import grpc_service_pb2 as pb
 from service.core.engine import Engine
 from service.core.repository import ModelVersion
-from service.errors import ServiceError
+from service.errors import ErrorCode, ServiceError
 from service.frontend import grpc_codec as codec
 from service.types import InferRequest, InferResponse
 
 log = logging.getLogger("trireme.grpc")
+MESSAGE_OVERHEAD = 256  # bytes counted per buffered response besides its tensors (ids, names, shapes)
+_Out = tuple[pb.ModelStreamInferResponse, int]  # a message waiting to be written and the bytes it counts for
 
 
 def _request_error(request_id: str, e: Exception) -> pb.ModelStreamInferResponse:
@@ -41,31 +48,51 @@ class _Slot:
     def __init__(self, request: InferRequest | None) -> None:
         self.request = request
         self.decoupled: bool | None = None  # None until the model version is known
-        self.message: pb.ModelStreamInferResponse | None = None  # the non-decoupled answer, once it arrived
-        self.pending: list[pb.ModelStreamInferResponse] = []  # decoupled answers that arrived before we knew
+        self.message: _Out | None = None  # the non-decoupled answer, once it arrived
+        self.pending: list[_Out] = []  # decoupled answers that arrived before we knew
 
 
 class StreamSession:
     """State of one ModelStreamInfer call: in-flight requests, the ordered queue and the outgoing messages."""
 
-    def __init__(self, engine: Engine, context: grpc.aio.ServicerContext) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        context: grpc.aio.ServicerContext,
+        buffer_bytes: int = 64 << 20,
+        on_unparsable: Callable[[grpc.aio.ServicerContext], None] | None = None,
+    ) -> None:
         self.engine = engine
         self.context = context
-        self.out: deque[pb.ModelStreamInferResponse] = deque()
+        self.out: deque[_Out] = deque()
         self.ordered: deque[_Slot] = deque()
         self.inflight: dict[InferRequest, ModelVersion] = {}
         self.wake = asyncio.Event()
         self.reading = True
+        self.closed = False  # cancelled: late responses are dropped
+        self.buffer_bytes = buffer_bytes
+        self.buffered = 0  # bytes of the responses produced and not yet written
+        self.room = asyncio.Event()  # set when buffered fell to buffer_bytes or below
+        self.on_unparsable = on_unparsable
 
     # ---- requests in ------------------------------------------------------------------------------------
     async def read_all(self) -> None:
         """Read requests until the client half-closes; start each one as it arrives."""
         context = self.context
+        room = self.room
         try:
             while True:
+                while self.buffered > self.buffer_bytes:  # the client does not read: stop reading its requests
+                    room.clear()
+                    await room.wait()
                 msg = await context.read()
                 if msg is grpc.aio.EOF:  # type: ignore[attr-defined]
                     break
+                if msg is codec.UNPARSABLE:
+                    if self.on_unparsable is not None:
+                        self.on_unparsable(context)
+                    self._answer_now(_request_error("", ServiceError(ErrorCode.INVALID_ARG, "Unable to parse request")))
+                    continue
                 self.start(msg)
         finally:
             self.reading = False
@@ -86,7 +113,7 @@ class StreamSession:
             if not isinstance(e, ServiceError):
                 log.exception("stream request failed to start")
             slot.decoupled = False
-            slot.message = _request_error(msg.id, e)
+            slot.message = self._counted(_request_error(msg.id, e))
             self._flush()
             return
         if mv.decoupled:
@@ -107,20 +134,28 @@ class StreamSession:
         """An answer that is not tied to a submitted request: keeps its place behind earlier ordered answers."""
         slot = _Slot(None)
         slot.decoupled = False
-        slot.message = message
+        slot.message = self._counted(message)
         self.ordered.append(slot)
         self._flush()
 
     # ---- responses out ----------------------------------------------------------------------------------
+    def _counted(self, message: pb.ModelStreamInferResponse, nbytes: int = MESSAGE_OVERHEAD) -> _Out:
+        self.buffered += nbytes
+        return message, nbytes
+
     def _on_response(self, slot: _Slot, response: InferResponse) -> None:
         request = slot.request
         if response.final and request is not None:
             self.inflight.pop(request, None)
             slot.request = None
-        if response.null and (request is None or not request.enable_empty_final):
+        if self.closed or (response.null and (request is None or not request.enable_empty_final)):
             self.wake.set()  # may be the last in-flight request
             return
-        message = codec.encode_stream_response(response)
+        nbytes = MESSAGE_OVERHEAD
+        for o in response.outputs:
+            if o.data is not None:
+                nbytes += len(o.data)
+        message = self._counted(codec.encode_stream_response(response), nbytes)
         if slot.decoupled is False:
             slot.message = message
         elif slot.decoupled:
@@ -144,9 +179,14 @@ class StreamSession:
         """Write responses as they become available until the stream is finished."""
         out = self.out
         write = self.context.write
+        limit = self.buffer_bytes
         while True:
             while out:
-                await write(out.popleft())
+                message, nbytes = out.popleft()
+                await write(message)
+                self.buffered -= nbytes
+                if self.buffered <= limit:
+                    self.room.set()
             if self.finished:
                 return
             self.wake.clear()
@@ -155,7 +195,12 @@ class StreamSession:
             await self.wake.wait()
 
     def cancel_all(self) -> None:
-        """The client went away: cancel what is queued, flag what runs."""
+        """The client went away: cancel what is queued, flag what runs, drop every response held."""
+        self.closed = True
+        self.out.clear()
+        self.ordered.clear()
+        self.buffered = 0
+        self.room.set()
         inflight, self.inflight = self.inflight, {}
         for request, mv in inflight.items():
             try:
@@ -164,9 +209,14 @@ class StreamSession:
                 log.exception("cancelling a stream request failed")
 
 
-async def serve_stream(engine: Engine, context: grpc.aio.ServicerContext) -> None:
+async def serve_stream(
+    engine: Engine,
+    context: grpc.aio.ServicerContext,
+    buffer_bytes: int = 64 << 20,
+    on_unparsable: Callable[[grpc.aio.ServicerContext], None] | None = None,
+) -> None:
     """Run one ModelStreamInfer call to its end (client half-close and every request answered)."""
-    session = StreamSession(engine, context)
+    session = StreamSession(engine, context, buffer_bytes, on_unparsable)
     reader = asyncio.get_running_loop().create_task(session.read_all())
     done = False
     try:
