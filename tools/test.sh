@@ -6,16 +6,17 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[dev]"
+.venv/bin/python -m pip install -q -e ".[dev,plot]"
 # optional framework backends: the CPU torch wheel (never a CUDA build from the index) and onnxruntime
 .venv/bin/python -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
   || .venv/bin/python -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch 2>/dev/null \
   || echo "note: torch not installable here; pytorch backend tests will be skipped"
 .venv/bin/python -m pip install -q onnx onnxruntime 2>/dev/null || echo "note: onnxruntime not installable; skipped"
-# real perf_analyzer + Triton for the compatibility tests (skipped when unavailable)
-ANCHORS_SCRIPT=${ANCHORS_SCRIPT:-../shared/tools/install-anchors.sh}
-if [ -f "$ANCHORS_SCRIPT" ] && [ -z "${TRIREME_SKIP_ANCHORS:-}" ]; then
-  bash "$ANCHORS_SCRIPT" >/dev/null 2>&1 || echo "note: anchors (perf_analyzer) could not be installed; those tests skip"
+# real perf_analyzer + Triton 2.51 for the compatibility tests (tools/install-triton-tools.sh; those tests skip
+# when the tools cannot be installed here). TRIREME_SKIP_ANCHORS=1 skips the download.
+if [ -z "${TRIREME_SKIP_ANCHORS:-}" ]; then
+  bash tools/install-triton-tools.sh >/dev/null 2>&1 \
+    || echo "note: perf_analyzer/tritonserver could not be installed (tools/install-triton-tools.sh); those tests skip"
 fi
 .venv/bin/python tools/gen_protos.py --check
 .venv/bin/ruff check .

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates every table of docs/benchmarks.md, in the order of its sections, into one markdown file.
-# Usage: bash tests/bench/run_all.sh [OUT.md]  (default benchmarks-<date>.md; needs ../shared/tools/install-anchors.sh)
+# Usage: bash tests/bench/run_all.sh [OUT.md]  (default benchmarks-<date>.md; needs tools/install-triton-tools.sh)
 # Takes 1-2 hours on the 2-core VM; run it on a quiet machine: every table compares ratios within rounds.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

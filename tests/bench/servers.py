@@ -2,7 +2,7 @@
 and the servers' inference statistics.
 
 Trireme runs as `python -m service serve` from the repository root; real Triton and perf_analyzer come from
-../shared/tools/install-anchors.sh (`$ANCHORS/bin`, default /tmp/trireme-anchors/bin).
+tools/install-triton-tools.sh (`$ANCHORS/bin`, default /tmp/trireme-anchors/bin).
 """
 
 from __future__ import annotations

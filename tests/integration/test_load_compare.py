@@ -1,7 +1,7 @@
 """trireme-perf compare mode, and a cross-check of trireme-perf against the real perf_analyzer.
 
 Both need a live server (Trireme when it serves, else Triton); the cross-check also needs perf_analyzer
-from ../shared/tools/install-anchors.sh and is marked `anchors`.
+from tools/install-triton-tools.sh and is marked `anchors`.
 """
 
 from __future__ import annotations
