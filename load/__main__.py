@@ -73,9 +73,12 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-of-sequences", type=int, default=4, help="active sequences in request-rate mode")
     p.add_argument("--shared-memory", choices=["none", "system", "cuda"], default="none")
     p.add_argument("--output-shared-memory-size", type=int, default=102400, help="bytes per output region")
-    p.add_argument("-p", "--measurement-interval", type=int, default=5000, help="window in msec (default 5000)")
-    p.add_argument("-s", "--stability-percentage", type=float, default=10.0, help="default 10")
-    p.add_argument("-r", "--max-trials", type=int, default=10, help="windows per level before giving up")
+    # defaults for a shared, noisy machine; perf_analyzer's are -p 5000 -s 10 -r 10
+    p.add_argument("-p", "--measurement-interval", type=int, default=3000, help="window in msec (default 3000)")
+    p.add_argument(
+        "-s", "--stability-percentage", type=float, default=20.0, help="allowed spread of the last 3 windows (20)"
+    )
+    p.add_argument("-r", "--max-trials", type=int, default=20, help="windows per level before giving up (20)")
     p.add_argument("--percentile", type=int, default=None, help="stabilize on this latency percentile")
     p.add_argument("-l", "--latency-threshold", type=float, default=0.0, help="msec; stop the sweep above it")
     p.add_argument("--max-threads", type=int, default=16, help="threads per process before callbacks take over")
@@ -99,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", dest="csv", default=None, help="write perf_analyzer-style CSV here")
     p.add_argument("--verbose-csv", action="store_true", help="extra CSV columns")
     p.add_argument("--json", dest="json_path", default=None, help="write a JSON summary here ('-' = stdout)")
-    p.add_argument("--plot", default=None, help="write a latency-vs-throughput PNG here (needs matplotlib)")
+    p.add_argument(
+        "--plot", default=None, help="write a latency-vs-throughput PNG here (needs the plot extra: matplotlib)"
+    )
     p.add_argument("--plot-latency", default="p99", help="latency column for --plot (p50/p90/p95/p99/avg)")
     return p
 
@@ -181,6 +186,10 @@ def _profile(args: argparse.Namespace) -> int:
     from load.session import Session
 
     validate(args)
+    if args.plot:
+        from load.plot import require_matplotlib
+
+        require_matplotlib()  # before the run, not after minutes of measuring
     out = sys.stderr if args.json_path == "-" else sys.stdout  # keep stdout pure JSON then
     with Session.open(args.url, args) as session:
         progress = report.ProgressLine(sys.stderr, args.progress)

@@ -1,6 +1,7 @@
 """Latency-vs-throughput plots, one line per run, from results or -f CSV files (ours or perf_analyzer's).
 
-matplotlib is optional: without it, plotting fails with a PlotError saying how to install it.
+matplotlib is optional (the `plot` extra): `require_matplotlib` fails with a PlotError saying how to install it,
+and the commands call it before they measure anything. Each point is labelled with its concurrency or request rate.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from load.profiler import LevelResult
 
-Series = tuple[str, list[tuple[float, float]]]  # label, [(infer/s, latency usec)]
+Series = tuple[str, list[tuple[float, float, str]]]  # label, [(infer/s, latency usec, point label)]
+INSTALL_HINT = "pip install 'trireme[plot]' (or: pip install matplotlib)"
 
 
 class PlotError(Exception):
@@ -34,8 +36,13 @@ def series_from_results(label: str, results: Sequence[LevelResult], latency: str
     for r in results:
         m = r.merged
         value = m.avg_ns if latency == "avg" else float(m.percentile_ns(int(latency[1:])))
-        points.append((m.infer_per_sec, value / 1000.0))
+        points.append((m.infer_per_sec, value / 1000.0, point_label(r.mode, r.level)))
     return label, sorted(points)
+
+
+def point_label(mode: str, level: float) -> str:
+    """'c=4' for a concurrency level, '500/s' for a request rate."""
+    return f"c={level:g}" if mode == "concurrency" else f"{level:g}/s"
 
 
 def series_from_csv(path: str, latency: str = "p99", label: str | None = None) -> Series:
@@ -48,27 +55,42 @@ def series_from_csv(path: str, latency: str = "p99", label: str | None = None) -
         raise PlotError(f"cannot read '{path}': {err}") from None
     if not rows or "Inferences/Second" not in rows[0] or col not in rows[0]:
         raise PlotError(f"'{path}' has no 'Inferences/Second' and '{col}' columns (avg needs --verbose-csv)")
+    mode = "concurrency" if "Concurrency" in rows[0] else "request_rate" if "Request Rate" in rows[0] else ""
+    key = "Concurrency" if mode == "concurrency" else "Request Rate"
     try:
-        points = [(float(r["Inferences/Second"]), float(r[col])) for r in rows]
+        points = [
+            (float(r["Inferences/Second"]), float(r[col]), point_label(mode, float(r[key])) if mode else "")
+            for r in rows
+        ]
     except ValueError as err:
         raise PlotError(f"'{path}': {err}") from None
     return label or Path(path).stem, sorted(points)
 
 
-def plot_series(series: Sequence[Series], out: str, latency: str = "p99", title: str = "") -> None:
-    """Draw every series as a line of latency over throughput and save a PNG."""
+def require_matplotlib() -> None:
+    """Fail now, before any measurement, when matplotlib cannot be imported."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401
+    except ImportError as err:
+        raise PlotError(f"plotting needs matplotlib, which cannot be imported ({err}): {INSTALL_HINT}") from None
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PlotError("--plot needs matplotlib, which is not installed (pip install matplotlib)") from None
+
+def plot_series(series: Sequence[Series], out: str, latency: str = "p99", title: str = "") -> None:
+    """Draw every series as a line of latency over throughput, each point labelled, and save a PNG."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, points in series:
         xs = [p[0] for p in points]
         ys = [p[1] for p in points]
         ax.plot(xs, ys, marker="o", label=label)
+        for x, y, text in points:
+            if text:
+                ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel("throughput (infer/s)")
     ax.set_ylabel(f"{latency} latency (usec)")
     ax.set_title(title or "latency vs throughput")
@@ -92,6 +114,7 @@ def main(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
 
     def run() -> int:
+        require_matplotlib()
         labels = list(args.label) + [None] * len(args.csv)
         series = [series_from_csv(path, args.latency, labels[i]) for i, path in enumerate(args.csv)]
         plot_series(series, args.output, args.latency, args.title)

@@ -179,6 +179,7 @@ class LevelResult:
     window_rates: list[float]
     percentile: int | None = None
     over_latency_threshold: bool = False
+    unstable_reason: str = ""
 
     @property
     def stabilizing_latency_ns(self) -> float:
@@ -202,6 +203,28 @@ def is_stable(windows: list[Measurement], threshold: float, percentile: int | No
     if min(rates) <= 0 or any(math.isinf(x) for x in lats) or min(lats) <= 0:
         return False
     return max(rates) / min(rates) <= 1 + threshold and max(lats) / min(lats) <= 1 + threshold
+
+
+def instability_reason(windows: list[Measurement], threshold: float, percentile: int | None) -> str:
+    """Why the last 3 windows are not stable, in words ('' when they are), e.g. 'throughput varied 31 % ...'."""
+    last = windows[-STABILITY_WINDOWS:]
+    if len(last) < STABILITY_WINDOWS:
+        return f"only {len(last)} of the {STABILITY_WINDOWS} windows needed were measured"
+    if any(not w.request_count for w in last):
+        return "a window completed no request (a stalled server, or -p shorter than one request)"
+    allowed = f"more than the {threshold * 100:g} % allowed (-s)"
+    name = f"p{percentile} latency" if percentile else "average latency"
+    parts = []
+    for what, values, unit in (
+        ("throughput", [w.infer_per_sec for w in last], "infer/s"),
+        (name, [_stabilizing(w, percentile) / 1000.0 for w in last], "usec"),
+    ):
+        spread = max(values) / min(values) - 1 if min(values) > 0 else math.inf
+        if spread > threshold:
+            parts.append(f"{what} varied {spread * 100:.0f} % ({min(values):.0f}-{max(values):.0f} {unit})")
+    if not parts:
+        return ""
+    return " and ".join(parts) + f" over the last {STABILITY_WINDOWS} windows, " + allowed
 
 
 Progress = Callable[[str], None]
@@ -336,7 +359,8 @@ class Profiler:
                 over = all(_stabilizing(x, self.percentile) >= limit for x in windows)
             if stable or over:
                 break
-        return LevelResult(self.mode, level, stable, merge(windows), rates, self.percentile, over)
+        reason = "" if stable else instability_reason(list(windows), self.stability, self.percentile)
+        return LevelResult(self.mode, level, stable, merge(windows), rates, self.percentile, over, reason)
 
     def sweep(self, levels: Iterable[float], allow_unstable: bool = False) -> tuple[list[LevelResult], str | None]:
         """Profile levels in order; stop (returning why) at an unstable level or the latency limit."""
@@ -348,8 +372,8 @@ class Profiler:
             if not r.stable and not allow_unstable:
                 return results, (
                     f"failed to obtain stable measurement within {self.max_trials} measurement windows for "
-                    f"{'concurrency' if self.mode == 'concurrency' else 'request rate'} {level:g}; "
-                    "try a longer --measurement-interval or a larger --stability-percentage"
+                    f"{'concurrency' if self.mode == 'concurrency' else 'request rate'} {level:g}: "
+                    f"{r.unstable_reason}; try a longer -p, a larger -s or -r, or --allow-unstable"
                 )
             results.append(r)
         return results, None

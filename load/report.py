@@ -119,6 +119,8 @@ def format_level(r: LevelResult, include_server: bool = True) -> str:
             )
     if not r.stable:
         out.append("  [WARNING] not stable: " + ", ".join(f"{x:.1f}" for x in r.window_rates) + " infer/s per window")
+        if r.unstable_reason:
+            out.append(f"  [WARNING] {r.unstable_reason}")
     return "\n".join(out) + "\n"
 
 
@@ -212,6 +214,7 @@ def result_dict(r: LevelResult) -> dict[str, Any]:
     return {
         ("concurrency" if r.mode == "concurrency" else "request_rate"): r.level,
         "stable": r.stable,
+        "unstable_reason": r.unstable_reason,
         "infer_per_sec": m.infer_per_sec,
         "request_count": m.request_count,
         "response_count": m.responses,

@@ -219,6 +219,6 @@ def test_plot_reads_perf_analyzer_csv(tmp_path: Path) -> None:
         "4,4008.35,2,284,477,13,131,83,1,948,1348,1495,2360\n1,2063.83,2,189,42,14,138,91,1,461,557,604,888\n"
     )
     label, points = series_from_csv(str(path), "p99")
-    assert label == "pa" and points == [(2063.83, 888.0), (4008.35, 2360.0)]
+    assert label == "pa" and points == [(2063.83, 888.0, "c=1"), (4008.35, 2360.0, "c=4")]
     with pytest.raises(PlotError, match="avg needs --verbose-csv"):
         series_from_csv(str(path), "avg")
