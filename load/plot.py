@@ -91,6 +91,7 @@ def plot_series(series: Sequence[Series], out: str, latency: str = "p99", title:
         for x, y, text in points:
             if text:
                 ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.margins(x=0.08, y=0.08)  # room for the point labels at the edges
     ax.set_xlabel("throughput (infer/s)")
     ax.set_ylabel(f"{latency} latency (usec)")
     ax.set_title(title or "latency vs throughput")
