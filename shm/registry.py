@@ -134,13 +134,12 @@ class SharedMemoryRegistry:
 
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         """Open a client's CUDA allocation from its 64-byte IPC handle under region `name`."""
-        unavailable = ShmError(
-            "UNAVAILABLE", f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
-        )
+        # Without a GPU no handle can be opened: Triton (built with GPU support) then answers "invalid args"
+        no_gpu = ShmError("INVALID_ARG", "failed to register shared memory region: invalid args")
         try:
             self._gpu_check()
         except CudaUnavailableError:
-            raise unavailable from None
+            raise no_gpu from None
         with self._lock:
             if name in self._by_name:
                 raise ShmError("ALREADY_EXISTS", f"shared memory region '{name}' already in manager")
@@ -149,7 +148,7 @@ class SharedMemoryRegistry:
             try:
                 device = self._cuda_opener(bytes(raw_handle), byte_size, device_id)
             except CudaUnavailableError:
-                raise unavailable from None
+                raise no_gpu from None
             except ValueError:
                 raise ShmError(
                     "INVALID_ARG", f"failed to register shared memory region '{name}': invalid args"

@@ -70,6 +70,11 @@ def _fail(request: InferRequest, message: str, code: ErrorCode = ErrorCode.INVAL
     return ServiceError(code, _prefix(request) + message)
 
 
+def _names(names: list[str]) -> str:
+    """['A','B'] as Triton lists tensor names in messages (no space after the comma)."""
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
 def _shape_str(shape: list[int] | tuple[int, ...]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
@@ -84,7 +89,7 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> None:
         if spec is None or t.name in sig.internal_inputs:
             raise _fail(request, f"unexpected inference input '{t.name}' for model '{model}'")
         if t.name in seen:
-            raise _fail(request, f"input '{t.name}' is specified more than once for model '{model}'")
+            raise _fail(request, f"input '{t.name}' already exists in request")
         seen.add(t.name)
         if t.datatype != spec.datatype:
             raise _fail(
@@ -127,10 +132,13 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> None:
         _check_byte_size(request, t.name, t.datatype, shape, t.byte_size(), t.data, model)
     if len(seen) < len(sig.required_inputs) or any(n not in seen for n in sig.required_inputs):
         missing = [n for n in sig.required_inputs if n not in seen]
+        required = len(sig.required_inputs)
+        allowed = sum(1 for n in sig.inputs if n not in sig.internal_inputs)
+        wanted = f"{required} inputs" if allowed == required else f"number of inputs between {required} and {allowed}"
         raise _fail(
             request,
-            f"expected {len(sig.required_inputs)} inputs but got {len(seen)} inputs for model '{model}'. "
-            f"Got input(s) {sorted(seen)}, but missing required input(s) {missing}. "
+            f"expected {wanted} but got {len(seen)} inputs for model '{model}'. Got input(s) "
+            f"{_names([t.name for t in request.inputs])}, but missing required input(s) {_names(missing)}. "
             "Please provide all required input(s).",
         )
     requested: set[str] = set()
@@ -138,7 +146,7 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> None:
         if o.name not in sig.outputs:
             raise _fail(request, f"unexpected inference output '{o.name}' for model '{model}'")
         if o.name in requested:
-            raise _fail(request, f"output '{o.name}' is requested more than once for model '{model}'")
+            raise _fail(request, f"output '{o.name}' already exists in request")
         requested.add(o.name)
     request.batch_size = batch_size if sig.max_batch_size > 0 else 1
 

@@ -59,6 +59,8 @@ class WorkerRequest:
     cancelled: bool = False
     responses_sent: int = 0
     closed: bool = False
+    # answered after execute() returns, through its response sender (a default-mode Python model may do that)
+    deferred: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def respond(

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import inspect
+import logging
 import os
 import sys
+import threading
+import traceback
+from collections.abc import Awaitable
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
 from typing import Any
 
@@ -15,6 +21,19 @@ from service.workers.backend import Backend, BackendContext, WorkerRequest
 from service.workers.pb_stub import triton_python_backend_utils as pb_utils
 
 PB_UTILS_NAME = "triton_python_backend_utils"
+EXECUTOR_THREADS = 32  # the event loop's default executor (async_exec, run_in_executor), Triton's thread-pool-size
+
+log = logging.getLogger("trireme.model")
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _describe(e: BaseException) -> str:
+    """'ExcType: message' as Triton reports a model's exception."""
+    text = str(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def import_model_module(model_dir: str, version_dir: str, filename: str) -> ModuleType:
@@ -66,33 +85,45 @@ class PythonBackend(Backend):
         if init is not None:
             self._run(init(args))
 
+    def _loop_running(self) -> asyncio.AbstractEventLoop:
+        """The instance's event loop, running in a daemon thread (created on first use), as Triton's stub does."""
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            loop.set_default_executor(ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="pb-async"))
+            threading.Thread(target=loop.run_forever, name="pb-event-loop", daemon=True).start()
+            self._loop = loop
+        return self._loop
+
     def _run(self, result: Any) -> Any:
-        """Await coroutines on the stub's own event loop (async initialize/execute/finalize)."""
+        """Await coroutines (async initialize/execute/finalize) on the instance's event loop."""
         if not inspect.isawaitable(result):
             return result
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(result)
+        return asyncio.run_coroutine_threadsafe(_awaited(result), self._loop_running()).result()
 
     def execute(self, requests: list[WorkerRequest]) -> None:
         """Hand the batch to model.execute as a list of pb_utils.InferenceRequest and deliver the answers."""
         py_requests = [self._to_pb_request(r) for r in requests]
-        result = self._run(self.model.execute(py_requests))
+        result = self.model.execute(py_requests)
+        if self.decoupled and inspect.iscoroutine(result):
+            # decoupled async execute runs in the background: the next batch may start while this one awaits
+            future = asyncio.run_coroutine_threadsafe(result, self._loop_running())
+            future.add_done_callback(lambda f: self._background_done(f, requests))
+            return
+        result = self._run(result)
         if self.decoupled:
             if result is not None:
-                for r in requests:
-                    if not r.closed:
-                        r.fail(
-                            ErrorCode.INTERNAL,
-                            "Python model '" + self.context.instance_name + "' is using the decoupled mode and "
-                            "the execute function must return None.",
-                        )
+                self._fail_all(
+                    requests,
+                    f"Python model '{self.context.instance_name}' is using the decoupled mode and the execute "
+                    "function must return None.",
+                )
             return
-        pending = [(r, p) for r, p in zip(requests, py_requests, strict=True) if not r.closed]
-        if not pending:
-            return  # every request was answered through its response sender
+        if result is None:  # answered (now or later) through the response senders
+            for r in requests:
+                r.deferred = True
+            return
         if not isinstance(result, list | tuple):
-            self._fail_all(requests, "Expected a list in the execute return")
+            self._fail_all(requests, f"Expected a list in the execute return, found type '{type(result)}'.")
             return
         if len(result) != len(requests):
             self._fail_all(
@@ -101,24 +132,44 @@ class PythonBackend(Backend):
                 f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(result)}\n",
             )
             return
-        for req, response in zip(requests, result, strict=True):
-            if req.closed:
-                continue
+        for req, py_req, response in zip(requests, py_requests, result, strict=True):
             if response is None:
-                req.fail(ErrorCode.INTERNAL, "model returned None instead of an InferenceResponse")
-            elif not isinstance(response, pb_utils.InferenceResponse):
-                req.fail(
-                    ErrorCode.INTERNAL,
-                    f"Expected an InferenceResponse in the execute return, got {type(response).__name__}",
+                req.deferred = True  # may still come through the response sender
+                continue
+            if not isinstance(response, pb_utils.InferenceResponse):
+                self._fail_all(
+                    [req],
+                    "Expected an 'InferenceResponse' object in the execute function return list, found type "
+                    f"'{type(response)}'.",
                 )
-            else:
+                continue
+            if py_req._sender is not None:
+                try:
+                    py_req._sender._take_returned(response)
+                except pb_utils.TritonModelException as e:  # already answered through the sender
+                    log.error(self._failure(str(e)))
+                    continue
+            if not req.closed:
                 pb_utils._deliver(req, response, True)
 
+    def _background_done(self, future: Future[Any], requests: list[WorkerRequest]) -> None:
+        """A decoupled async execute finished: log its exception (as Triton does) and fail what it left open."""
+        error = future.exception()
+        if error is None:
+            return
+        log.error("%s", "".join(traceback.TracebackException.from_exception(error).format()))
+        self._fail_all(requests, _describe(error))
+
+    def _failure(self, message: str) -> str:
+        return f"Failed to process the request(s) for model '{self.context.instance_name}', message: {message}"
+
     def _fail_all(self, requests: list[WorkerRequest], message: str) -> None:
-        text = f"Failed to process the request(s) for model '{self.context.instance_name}', message: {message}"
+        text = self._failure(message)
+        log.error("%s", text)
         for r in requests:
             if not r.closed:
-                r.fail(ErrorCode.INTERNAL, text)
+                with contextlib.suppress(RuntimeError):  # a sender on another thread may close it first
+                    r.fail(ErrorCode.INTERNAL, text)
 
     def _to_pb_request(self, r: WorkerRequest) -> pb_utils.InferenceRequest:
         inputs = [pb_utils._tensor_from_input(name, array) for name, array in r.inputs.items()]
@@ -143,6 +194,8 @@ class PythonBackend(Backend):
         fin = getattr(self.model, "finalize", None)
         if fin is not None:
             self._run(fin())
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
 
     @classmethod
     def auto_complete(cls, config: dict[str, Any], model_dir: str, version_dir: str) -> dict[str, Any]:

@@ -191,6 +191,7 @@ class Worker:
                 self.backend.execute(batch)
         except BaseException as e:
             message = f"Failed to process the request(s) for model '{self.init.instance_name}', message: {_describe(e)}"
+            log.error("%s", message)
             for req in batch:
                 if not req.closed:
                     req.fail(ErrorCode.INTERNAL, message)
@@ -198,7 +199,7 @@ class Worker:
         w2 = time.monotonic_ns() if tracing else 0
         if not self.backend.decoupled:
             for req in batch:
-                if not req.closed:
+                if not req.closed and not req.deferred:
                     req.fail(ErrorCode.INTERNAL, "model returned no response for the request")
         self.bls.flush()
         done = ipc.ExecDone(ex.batch_id, t1 - t0, t2 - t1, 0)

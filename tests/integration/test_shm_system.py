@@ -348,10 +348,11 @@ def test_cuda_shared_memory_on_cpu_host(client: grpcclient.InferenceServerClient
     client.unregister_cuda_shared_memory("anything")
     assert client.get_cuda_shared_memory_status(as_json=True).get("regions", {}) == {}
 
-    with pytest.raises(InferenceServerException) as excinfo:
-        client.register_cuda_shared_memory("gpu0", base64.b64encode(bytes(64)), 0, 1024)
-    assert status_code(excinfo) == "StatusCode.UNAVAILABLE"
-    assert excinfo.value.message() == "failed to register CUDA shared memory region: 'gpu0', GPUs not supported"
+    for handle in (bytes(64), b"dummy_handle"):  # a handle of the right size, and a malformed one
+        with pytest.raises(InferenceServerException) as excinfo:
+            client.register_cuda_shared_memory("gpu0", base64.b64encode(handle), 0, 1024)
+        assert status_code(excinfo) == "StatusCode.INVALID_ARGUMENT"
+        assert excinfo.value.message() == "failed to register shared memory region: invalid args"
     with pytest.raises(InferenceServerException) as excinfo:
         client.get_cuda_shared_memory_status("gpu0")
     assert status_code(excinfo) == "StatusCode.NOT_FOUND"

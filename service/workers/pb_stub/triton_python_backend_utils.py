@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -275,6 +276,22 @@ def _tensor_from_input(name: str, array: np.ndarray) -> Tensor:
     return t
 
 
+def _checked_parameters(parameters: Any) -> dict[str, Any]:
+    """Request/response parameters as a dict of str -> bool/int/str; other types raise Triton's messages."""
+    if parameters is None:
+        return {}
+    if isinstance(parameters, str):  # a JSON string, as parameters() returns it
+        parameters = json.loads(parameters) if parameters else {}
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect parameters to be a dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, bool | int | str):
+            raise TritonModelException(f"Expect parameters values to have type bool/int/str, found type {type(value)}")
+    return dict(parameters)
+
+
 # ---- responses ---------------------------------------------------------------------------------------
 class InferenceResponse:
     """A model's answer to one request: output tensors, or an error."""
@@ -287,9 +304,7 @@ class InferenceResponse:
     ) -> None:
         self._outputs = list(output_tensors or [])
         self._error = error
-        if isinstance(parameters, str):
-            parameters = json.loads(parameters) if parameters else {}
-        self._parameters: dict[str, Any] = dict(parameters or {})
+        self._parameters = _checked_parameters(parameters)
 
     def output_tensors(self) -> list[Tensor]:
         """The output tensors."""
@@ -316,30 +331,53 @@ class InferenceResponseSender:
         self._decoupled = decoupled
         self._sent = 0
         self._closed = False
+        self._lock = threading.Lock()
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        """Send a response and/or the final flag."""
-        if self._closed:
-            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        """Send a response and/or the final flag (from any thread, also after execute returned)."""
         if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
             raise TritonModelException("Unable to send response. Unsupported flag provided.")
         if flags == 0 and response is None:
-            raise TritonModelException("Inference Response object must be provided when the response flags is 0.")
-        if not self._decoupled:
-            if response is not None and self._sent >= 1:
-                raise TritonModelException("Non-decoupled model cannot send more than one response")
-            if response is None and self._sent == 0:
-                raise TritonModelException("Non-decoupled model cannot send complete final before sending a response")
-        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        if response is not None:
-            self._sent += 1
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to 0."
+            )
         worker_request = self._request._worker_request
         if worker_request is None:
             raise TritonModelException("this request has no response sender (it was not sent to the model)")
-        if not self._decoupled and response is not None and not final:
-            final = True  # a default-mode model's single response is its final one
-        _deliver(worker_request, response, final)
-        if final:
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        with self._lock:
+            self._check(response)
+            if response is not None:
+                self._sent += 1
+            if final:
+                self._closed = True
+            if self._decoupled:
+                _deliver(worker_request, response, final)
+            elif response is not None:
+                _deliver(worker_request, response, True)  # a default-mode model's one response ends the request
+
+    def _check(self, response: InferenceResponse | None) -> None:
+        if not self._decoupled and response is not None and self._sent:
+            raise TritonModelException(
+                "Unable to send response. Non-decoupled model cannot send more than one response."
+            )
+        if not self._decoupled and response is None and not self._sent:
+            raise TritonModelException(
+                "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
+            )
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+
+    def _take_returned(self, response: InferenceResponse) -> None:
+        """Account for a response execute() returned for this request (it counts as sent with the final flag)."""
+        with self._lock:
+            self._check(response)
+            self._sent += 1
+            self._closed = True
+
+    def _close(self) -> None:
+        """Close after an error answered the request: later sends raise."""
+        with self._lock:
             self._closed = True
 
     def is_cancelled(self) -> bool:
@@ -400,12 +438,7 @@ class InferenceRequest:
         self._timeout = timeout
         self._preferred_memory = preferred_memory or PreferredMemory()
         self._trace = trace or InferenceTrace()
-        if isinstance(parameters, str):
-            parameters = json.loads(parameters) if parameters else {}
-        for key, value in (parameters or {}).items():
-            if not isinstance(key, str) or not isinstance(value, bool | int | str):
-                raise TritonModelException("Expect parameters keys to have type str, values to have type bool/int/str")
-        self._parameters: dict[str, Any] = dict(parameters or {})
+        self._parameters = _checked_parameters(parameters)
         self._worker_request: Any = None
         self._sender: InferenceResponseSender | None = None
         self._decoupled = False
