@@ -75,17 +75,17 @@ class ServerConfig:
     http_restricted: list[RestrictedApi] = field(default_factory=list)
     max_inflight_requests: int = 0  # server-wide bound on requests in flight (0: none)
     max_inflight_requests_per_model: int = 0  # the same bound for each model version (0: none)
+    allow_http: bool = True
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    http_max_input_size: int = 64 << 20
+    http_header_forward_pattern: str = ""
+    reuse_http_port: bool = False
 
 
 # Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
 # real? Add it to build_parser and delete its entry here (a real flag of the same name already wins).
 IGNORED_TRITON_FLAGS: dict[str, str] = {
-    "--allow-http": "serve the HTTP/REST endpoint",
-    "--http-port": "port of the HTTP/REST endpoint (8000)",
-    "--http-address": "address of the HTTP/REST endpoint",
-    "--http-thread-count": "threads of the HTTP endpoint",
-    "--http-header-forward-pattern": "HTTP headers forwarded to backends as request parameters",
-    "--reuse-http-port": "let several servers share the HTTP port",
     "--allow-grpc": "serve the gRPC endpoint (Trireme always does)",
     "--reuse-grpc-port": "let several servers share the gRPC port",
     "--grpc-header-forward-pattern": "gRPC headers forwarded to backends as request parameters",
@@ -250,8 +250,49 @@ def build_parser() -> argparse.ArgumentParser:
         help="older Triton spelling of --cache-config local,size=BYTES (off)",
     )
     add_security_flags(p)
+    _add_http(p)
     _add_ignored(p)
     return p
+
+
+def _add_http(p: argparse.ArgumentParser) -> None:
+    """The HTTP/REST endpoint's flags (Triton's names)."""
+    p.add_argument(
+        "--allow-http", type=parse_bool, default=True, metavar="BOOL", help="serve the HTTP/REST endpoint (true)"
+    )
+    p.add_argument(
+        "--http-port", type=int, default=8000, metavar="PORT", help="port of the HTTP/REST endpoint; 0 picks one (8000)"
+    )
+    p.add_argument(
+        "--http-address", default="0.0.0.0", metavar="ADDR", help="address the HTTP endpoint binds to (0.0.0.0)"
+    )
+    p.add_argument(
+        "--http-thread-count",
+        type=int,
+        default=8,
+        metavar="N",
+        help="accepted for Triton compatibility; Trireme serves HTTP on its single event loop",
+    )
+    p.add_argument(
+        "--http-max-input-size",
+        type=int,
+        default=64 << 20,
+        metavar="BYTES",
+        help="largest HTTP request body accepted, after decompression (67108864 = 64 MiB)",
+    )
+    p.add_argument(
+        "--http-header-forward-pattern",
+        default="",
+        metavar="REGEX",
+        help="HTTP headers whose name matches are passed to the model as string request parameters (none)",
+    )
+    p.add_argument(
+        "--reuse-http-port",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="bind the HTTP port with SO_REUSEPORT so several servers can share it (false)",
+    )
 
 
 def _add_ignored(p: argparse.ArgumentParser) -> None:
@@ -320,6 +361,12 @@ def parse_args(argv: list[str]) -> ServerConfig:
         http_restricted=list(args.http_restricted_api),
         max_inflight_requests=max(0, args.max_inflight_requests),
         max_inflight_requests_per_model=max(0, args.max_inflight_requests_per_model),
+        allow_http=args.allow_http,
+        http_address=args.http_address,
+        http_port=args.http_port,
+        http_max_input_size=args.http_max_input_size,
+        http_header_forward_pattern=args.http_header_forward_pattern,
+        reuse_http_port=args.reuse_http_port,
     )
     check_restricted(config.grpc.restricted, "--grpc-restricted-protocol")
     check_restricted(config.http_restricted, "--http-restricted-api")

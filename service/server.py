@@ -21,6 +21,7 @@ from service.core.shm_plan import plan_arenas
 from service.errors import ServiceError
 from service.examples import missing_example_lines
 from service.frontend.grpc_server import build_grpc_server
+from service.frontend.http_server import HttpFrontend, HttpOptions
 from service.workers.arena import SEGMENT_PREFIX
 from shm.registry import SharedMemoryRegistry
 
@@ -97,6 +98,7 @@ class Server:
         self.bls.engine = self.engine
         self.grpc_server: grpc.aio.Server | None = None
         self.grpc_port = 0
+        self.http: HttpFrontend | None = None
         self._stop = asyncio.Event()
 
     async def start(self) -> bool:
@@ -140,8 +142,26 @@ class Server:
             self.engine, f"{self.config.grpc_address}:{self.config.grpc_port}", self.config.grpc
         )
         await self.grpc_server.start()
+        http_port = await self._start_http()
         print(f"Started GRPCInferenceService at {self.config.grpc_address}:{self.grpc_port}", flush=True)
+        if self.http is not None:
+            print(f"Started HTTPService at {self.config.http_address}:{http_port}", flush=True)
         return True
+
+    async def _start_http(self) -> int:
+        """Bind the HTTP/REST front end (before any endpoint is announced); 0 when --allow-http=false."""
+        if not self.config.allow_http:
+            return 0
+        options = HttpOptions(
+            address=self.config.http_address,
+            port=self.config.http_port,
+            max_input_size=self.config.http_max_input_size,
+            header_forward_pattern=self.config.http_header_forward_pattern,
+            reuse_port=self.config.reuse_http_port,
+            shutdown_timeout_s=self.config.exit_timeout_secs,
+        )
+        self.http = HttpFrontend(self.engine, options)
+        return await self.http.start()
 
     def request_stop(self) -> None:
         """Begin an orderly shutdown (signal handler)."""
@@ -154,8 +174,12 @@ class Server:
     async def stop(self) -> None:
         """Stop accepting, drain in-flight requests up to the exit timeout, stop workers, release shm."""
         self.engine.accepting = False
+        stopping = []
         if self.grpc_server is not None:
-            await self.grpc_server.stop(grace=self.config.exit_timeout_secs)
+            stopping.append(self.grpc_server.stop(grace=self.config.exit_timeout_secs))
+        if self.http is not None:
+            stopping.append(self.http.stop())
+        await asyncio.gather(*stopping)
         await self.repository.stop()
         if self.shm_registry is not None:
             self.shm_registry.close()

@@ -34,8 +34,11 @@ class ServerProcess:
     def __init__(self, repos: list[Path], extra_args: list[str], log_path: Path) -> None:
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
+        self.http_port = free_port()
+        self.http_url = f"127.0.0.1:{self.http_port}"  # tritonclient.http form; requests wants "http://" + this
         self.log_path = log_path
         args = [sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(self.port)]
+        args += ["--http-address", "127.0.0.1", "--http-port", str(self.http_port)]
         for repo in repos:
             args += ["--model-repository", str(repo)]
         args += extra_args
@@ -52,7 +55,7 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
-        """Wait until the gRPC port accepts connections and the server says it started."""
+        """Wait until the server says it started (it binds every endpoint before announcing gRPC)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

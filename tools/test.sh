@@ -18,6 +18,12 @@ if [ -z "${TRIREME_SKIP_ANCHORS:-}" ]; then
   bash tools/install-triton-tools.sh >/dev/null 2>&1 \
     || echo "note: perf_analyzer/tritonserver could not be installed (tools/install-triton-tools.sh); those tests skip"
 fi
+# ApacheBench (`ab`) for the HTTP load compatibility test (skipped without it); only as root with apt, never fatal
+if ! command -v ab >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  { apt-get install -y -q apache2-utils >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q apache2-utils >/dev/null 2>&1; }; } \
+    || echo "note: apache2-utils (ab) not installable; the ab test skips"
+fi
 .venv/bin/python tools/gen_protos.py --check
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

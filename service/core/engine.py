@@ -187,6 +187,13 @@ class Engine:
             [meta(t) for t in config.output],
         )
 
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether the version a request targets uses the decoupled transaction policy (False if it is unknown)."""
+        try:
+            return self.repository.get(name, version).decoupled
+        except ServiceError:
+            return False
+
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         """The normalized config."""
         return self.repository.get(name, version).config

@@ -55,13 +55,20 @@ def wait_started(proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 12
 
 
 def start_trireme(
-    repo: Path, port: int, log: Path, env: dict[str, str] | None = None, extra_args: Sequence[str] = ()
+    repo: Path,
+    port: int,
+    log: Path,
+    env: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    http_port: int = 0,
 ) -> subprocess.Popen[bytes]:
-    """Trireme (`python -m service serve`) on repo, gRPC on 127.0.0.1:port, output to log; does not wait.
+    """Trireme (`python -m service serve`) on repo, gRPC on 127.0.0.1:port and HTTP on http_port (a free one when
+    0), output to log; does not wait.
 
     `env` adds variables to the server's environment (e.g. TRIREME_STAGE_TRACE)."""
     cmd = [
         sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
+        "--http-address", "127.0.0.1", "--http-port", str(http_port or free_port()),
         "--model-repository", str(repo), *extra_args,
     ]  # fmt: skip
     full_env = {**os.environ, **(env or {})}
