@@ -1,9 +1,10 @@
 """ModelStreamInfer: many requests on one bidirectional stream, responses written as they complete.
 
-Rules (Triton's, docs/streaming.md): a non-decoupled model's single response is written in request order; a decoupled
-model's responses are written as produced; every response carries `triton_final_response`; a decoupled
-model's bare final flag becomes an empty response only when the request set
-`triton_enable_empty_final_response`; errors travel in-band in `error_message` and the stream stays open.
+Rules (Triton's, docs/streaming.md): a non-decoupled model's single response is written in request order; a
+decoupled model's responses are written as produced; every response carries `triton_final_response`; a decoupled
+model's bare final flag becomes an empty response only when the request set `triton_enable_empty_final_response`;
+errors travel in-band in `error_message` and the stream stays open, unless the client opened the stream with the
+header `triton_grpc_error: true`: then the first error ends the stream with that error's gRPC status.
 When the client cancels the call or goes away, every request of the stream still queued is cancelled (it never
 executes) and running ones are flagged (pb_utils `request.is_cancelled()`).
 
@@ -26,9 +27,11 @@ from service.core.engine import Engine
 from service.core.repository import ModelVersion
 from service.errors import ErrorCode, ServiceError
 from service.frontend import grpc_codec as codec
+from service.frontend.status import GRPC_STATUS
 from service.types import InferRequest, InferResponse
 
 log = logging.getLogger("trireme.grpc")
+GRPC_ERROR_HEADER = "triton_grpc_error"  # stream header: errors end the stream with their gRPC status
 MESSAGE_OVERHEAD = 256  # bytes counted per buffered response besides its tensors (ids, names, shapes)
 _Out = tuple[pb.ModelStreamInferResponse, int]  # a message waiting to be written and the bytes it counts for
 
@@ -74,6 +77,11 @@ class StreamSession:
         self.buffered = 0  # bytes of the responses produced and not yet written
         self.room = asyncio.Event()  # set when buffered fell to buffer_bytes or below
         self.on_unparsable = on_unparsable
+        # `triton_grpc_error: true`: the first error ends the stream with its status instead of going in-band
+        metadata = context.invocation_metadata() or ()
+        self.grpc_error = any(k == GRPC_ERROR_HEADER and str(v).lower() == "true" for k, v in metadata)
+        self.errors: dict[int, ServiceError] = {}  # id(queued error message) -> its error, in that mode only
+        self.failure: ServiceError | None = None
 
     # ---- requests in ------------------------------------------------------------------------------------
     async def read_all(self) -> None:
@@ -91,7 +99,8 @@ class StreamSession:
                 if msg is codec.UNPARSABLE:
                     if self.on_unparsable is not None:
                         self.on_unparsable(context)
-                    self._answer_now(_request_error("", ServiceError(ErrorCode.INVALID_ARG, "Unable to parse request")))
+                    error = ServiceError(ErrorCode.INVALID_ARG, "Unable to parse request")
+                    self._answer_now(self._noted(_request_error("", error), error))
                     continue
                 self.start(msg)
         finally:
@@ -103,7 +112,7 @@ class StreamSession:
         try:
             request = codec.decode_infer_request(msg)
         except Exception as e:
-            self._answer_now(_request_error(msg.id, e))
+            self._answer_now(self._noted(_request_error(msg.id, e), e))
             return
         slot = _Slot(request)
         self.ordered.append(slot)
@@ -113,7 +122,7 @@ class StreamSession:
             if not isinstance(e, ServiceError):
                 log.exception("stream request failed to start")
             slot.decoupled = False
-            slot.message = self._counted(_request_error(msg.id, e))
+            slot.message = self._counted(self._noted(_request_error(msg.id, e), e))
             self._flush()
             return
         if mv.decoupled:
@@ -155,7 +164,10 @@ class StreamSession:
         for o in response.outputs:
             if o.data is not None:
                 nbytes += len(o.data)
-        message = self._counted(codec.encode_stream_response(response), nbytes)
+        encoded = codec.encode_stream_response(response)
+        if response.error is not None:
+            self._noted(encoded, response.error)
+        message = self._counted(encoded, nbytes)
         if slot.decoupled is False:
             slot.message = message
         elif slot.decoupled:
@@ -163,6 +175,12 @@ class StreamSession:
         else:
             slot.pending.append(message)  # answered before submit() returned
         self._flush()
+
+    def _noted(self, message: pb.ModelStreamInferResponse, error: Exception) -> pb.ModelStreamInferResponse:
+        """Remember which queued message is an error when errors end the stream (triton_grpc_error)."""
+        if self.grpc_error:
+            self.errors[id(message)] = codec.error_to_service(error)
+        return message
 
     def _flush(self) -> None:
         ordered = self.ordered
@@ -183,6 +201,9 @@ class StreamSession:
         while True:
             while out:
                 message, nbytes = out.popleft()
+                if self.errors and id(message) in self.errors:
+                    self.failure = self.errors.pop(id(message))
+                    return  # serve_stream ends the call with this error's status
                 await write(message)
                 self.buffered -= nbytes
                 if self.buffered <= limit:
@@ -221,7 +242,7 @@ async def serve_stream(
     done = False
     try:
         await session.write_all()
-        done = True
+        done = session.failure is None
     finally:
         if not done:
             session.cancel_all()
@@ -232,3 +253,5 @@ async def serve_stream(
         except (asyncio.CancelledError, Exception) as e:
             if not done and not isinstance(e, asyncio.CancelledError):
                 log.debug("stream reader ended with %r", e)
+    if session.failure is not None:
+        await context.abort(GRPC_STATUS[session.failure.code], session.failure.message)
