@@ -159,6 +159,7 @@ class Server:
             header_forward_pattern=self.config.http_header_forward_pattern,
             reuse_port=self.config.reuse_http_port,
             shutdown_timeout_s=self.config.exit_timeout_secs,
+            restricted=list(self.config.http_restricted),
         )
         self.http = HttpFrontend(self.engine, options)
         return await self.http.start()

@@ -76,22 +76,23 @@ class AdminRoutes:
         self.max_input_size = max_input_size
 
     def add_routes(self, route: Route) -> None:
-        """Register every admin path with `route(path, METHOD=handler, ...)`."""
-        route("/v2/repository/index", POST=self.index)
-        route("/v2/repository/models/{model}/load", POST=self.load)
-        route("/v2/repository/models/{model}/unload", POST=self.unload)
-        route("/v2/repository/{repo}/index", POST=self.named_repository)
-        route("/v2/repository/{repo}/models/{model}/{action:load|unload}", POST=self.named_repository)
+        """Register every admin path with `route(path, api_group, METHOD=handler, ...)`."""
+        repo, shm = "model-repository", "shared-memory"
+        route("/v2/repository/index", repo, POST=self.index)
+        route("/v2/repository/models/{model}/load", repo, POST=self.load)
+        route("/v2/repository/models/{model}/unload", repo, POST=self.unload)
+        route("/v2/repository/{repo}/index", repo, POST=self.named_repository)
+        route("/v2/repository/{repo}/models/{model}/{action:load|unload}", repo, POST=self.named_repository)
         for kind in ("system", "cuda"):
             base = f"/v2/{kind}sharedmemory"
-            route(base + "/status", GET=self.shm_status)
-            route(base + "/region/{region}/status", GET=self.shm_status)
-            route(base + "/region/{region}/register", POST=self.shm_register)
-            route(base + "/unregister", POST=self.shm_unregister)
-            route(base + "/region/{region}/unregister", POST=self.shm_unregister)
-        route("/v2/logging", GET=self.logging, POST=self.logging)
-        route("/v2/trace/setting", GET=self.trace, POST=self.trace)
-        route("/v2/models/{model}/trace/setting", GET=self.trace, POST=self.trace)
+            route(base + "/status", shm, GET=self.shm_status)
+            route(base + "/region/{region}/status", shm, GET=self.shm_status)
+            route(base + "/region/{region}/register", shm, POST=self.shm_register)
+            route(base + "/unregister", shm, POST=self.shm_unregister)
+            route(base + "/region/{region}/unregister", shm, POST=self.shm_unregister)
+        route("/v2/logging", "logging", GET=self.logging, POST=self.logging)
+        route("/v2/trace/setting", "trace", GET=self.trace, POST=self.trace)
+        route("/v2/models/{model}/trace/setting", "trace", GET=self.trace, POST=self.trace)
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         return await read_json_object(request, self.max_input_size)

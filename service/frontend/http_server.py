@@ -12,7 +12,7 @@ import logging
 import re
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -22,6 +22,7 @@ from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend import http_admin, http_generate
 from service.frontend import http_codec as codec
 from service.frontend.http_util import JSON, compress_if_asked, error_body, error_response, json_response, read_body
+from service.security_config import RestrictedApi
 from service.types import InferRequest, InferResponse
 
 log = logging.getLogger("trireme.http")
@@ -41,6 +42,7 @@ class HttpOptions:
     header_forward_pattern: str = ""
     reuse_port: bool = False
     shutdown_timeout_s: float = 30.0
+    restricted: list[RestrictedApi] = field(default_factory=list)  # --http-restricted-api rules
 
 
 class HttpFrontend:
@@ -60,31 +62,38 @@ class HttpFrontend:
         admin = http_admin.AdminRoutes(self.engine, self.options.max_input_size)
         generate = http_generate.GenerateRoutes(self.engine, self.options.max_input_size)
 
-        def route(path: str, **methods: Handler) -> None:
-            app.router.add_route("*", path, self._dispatch(methods))
+        rules = {group: rule for rule in self.options.restricted for group in rule.groups}
 
-        route("/v2", GET=self.server_metadata)
-        route("/v2/health/live", GET=self.live)
-        route("/v2/health/ready", GET=self.ready)
-        route("/v2/models/stats", GET=self.statistics)
+        def route(path: str, group: str, **methods: Handler) -> None:
+            app.router.add_route("*", path, self._dispatch(methods, rules.get(group)))
+
+        route("/v2", "metadata", GET=self.server_metadata)
+        route("/v2/health/live", "health", GET=self.live)
+        route("/v2/health/ready", "health", GET=self.ready)
+        route("/v2/models/stats", "statistics", GET=self.statistics)
         for base in _VERSIONED:
-            route(base, GET=self.model_metadata)
-            route(base + "/ready", GET=self.model_ready)
-            route(base + "/config", GET=self.model_config)
-            route(base + "/stats", GET=self.statistics)
-            route(base + "/infer", POST=self.infer)
-            route(base + "/generate", POST=generate.generate)
-            route(base + "/generate_stream", POST=generate.generate_stream)
+            route(base, "metadata", GET=self.model_metadata)
+            route(base + "/ready", "health", GET=self.model_ready)
+            route(base + "/config", "model-config", GET=self.model_config)
+            route(base + "/stats", "statistics", GET=self.statistics)
+            route(base + "/infer", "inference", POST=self.infer)
+            route(base + "/generate", "inference", POST=generate.generate)
+            route(base + "/generate_stream", "inference", POST=generate.generate_stream)
         admin.add_routes(route)
         app.router.add_route("*", "/{tail:.*}", self.not_found)
         return app
 
     @staticmethod
-    def _dispatch(methods: dict[str, Handler]) -> Handler:
+    def _dispatch(methods: dict[str, Handler], rule: RestrictedApi | None) -> Handler:
+        """One path's handler: method check, then the restricted-API header check of its group, then the call."""
+
         async def dispatch(request: web.Request) -> web.StreamResponse:
             handler = methods.get(request.method)
             if handler is None:
                 return web.Response(body=error_body("Method Not Allowed"), status=405, content_type=JSON)
+            if rule is not None and request.headers.get(rule.key) != rule.value:
+                message = f"This API is restricted, expecting header '{rule.key}'"
+                return web.Response(body=error_body(message), status=403, content_type=JSON)
             try:
                 return await handler(request)
             except Exception as e:
