@@ -9,8 +9,10 @@ A block's info string says what to do with it (words after the language):
   may-be-unstable perf_analyzer's "Failed to obtain stable measurement" (exit 2, a busy machine) is accepted
   needs=a,b       only when torch / perf_analyzer / matplotlib are available; otherwise the block is skipped
                   and the test reports the skip at the end
-The guide's port 8001 is replaced by a free port; `.venv` in the working folder links to this interpreter's
-environment, and PYTHONPATH points at this checkout so its code is what runs.
+The guide's ports 8001 (gRPC) and 8000 (HTTP) are replaced by free ports, and server commands get a free
+`--metrics-port` as well (accepted by every version of the server), so nothing assumes 8000-8002 are free.
+`.venv` in the working folder links to this interpreter's environment, and PYTHONPATH points at this checkout
+so its code is what runs.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "getting-started.md"
-GUIDE_PORT = "8001"
+GUIDE_PORTS = ("8001", "8000")
 PERF_ANALYZER = Path(os.environ.get("TRIREME_PERF_ANALYZER_BIN", "/tmp/trireme-anchors/bin/perf_analyzer"))
 FENCE = re.compile(r"^```(\S*)([^\n]*)\n(.*?)^```\s*$", re.S | re.M)
 
@@ -67,6 +69,8 @@ def available(need: str) -> bool:
         return PERF_ANALYZER.exists()
     if need in ("torch", "matplotlib"):
         return importlib.util.find_spec(need) is not None
+    if need == "curl":
+        return shutil.which("curl") is not None
     raise AssertionError(f"unknown needs= tag '{need}'")
 
 
@@ -81,13 +85,14 @@ class GuideServer:
             start_new_session=True,
         )  # fmt: skip
 
-    def wait_ready(self, timeout_s: float = 120.0) -> None:
+    def wait_ready(self, services: list[str], timeout_s: float = 120.0) -> None:
+        """Wait until the log says every service in `services` started."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             text = self.log_path.read_text(errors="replace")
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited with {self.proc.returncode}:\n{text}")
-            if "Started GRPCInferenceService" in text:
+            if all(f"Started {name}" in text for name in services):
                 return
             time.sleep(0.1)
         raise AssertionError(f"server not ready in {timeout_s} s:\n{self.log_path.read_text(errors='replace')}")
@@ -122,7 +127,7 @@ def test_getting_started_guide_runs(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     (work / ".venv").symlink_to(venv)
-    port = str(free_port())
+    ports = {guide: str(free_port()) for guide in GUIDE_PORTS}
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     skipped: list[str] = []
@@ -137,7 +142,9 @@ def test_getting_started_guide_runs(tmp_path: Path) -> None:
                 skipped.append(f"line {block.line} ({', '.join(missing)} missing)")
                 last_stdout = None
                 continue
-            body = block.body.replace(GUIDE_PORT, port)
+            body = block.body
+            for guide_port, port in ports.items():
+                body = body.replace(guide_port, port)
             where = f"docs/getting-started.md line {block.line}"
             if "file" in block.tags:
                 path = work / block.tags["file"]
@@ -146,8 +153,9 @@ def test_getting_started_guide_runs(tmp_path: Path) -> None:
             elif "server" in block.tags:
                 if server is not None:
                     server.stop()
-                server = GuideServer(body.strip(), work, env, tmp_path / f"server{i}.log")
-                server.wait_ready()
+                command = f"{body.strip()} --metrics-port={free_port()}"
+                server = GuideServer(command, work, env, tmp_path / f"server{i}.log")
+                server.wait_ready(["GRPCInferenceService", *(["HTTPService"] if "--http-port" in body else [])])
             elif "run" in block.tags:
                 proc = subprocess.run(
                     ["bash", "-euo", "pipefail", "-c", body], cwd=work, env=env, capture_output=True, text=True,
