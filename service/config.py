@@ -81,6 +81,7 @@ class ServerConfig:
     http_max_input_size: int = 64 << 20
     http_header_forward_pattern: str = ""
     reuse_http_port: bool = False
+    trace_config: list[str] = field(default_factory=list)  # --trace-config entries, validated at parse time
 
 
 # Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
@@ -107,12 +108,6 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--metrics-port": "port of the metrics endpoint (8002)",
     "--metrics-interval-ms": "how often GPU/CPU metrics are collected (ms)",
     "--metrics-config": "metrics settings (key=value)",
-    "--trace-config": "tracing settings (key=value)",
-    "--trace-file": "file traces are written to",
-    "--trace-level": "what is traced",
-    "--trace-rate": "trace one request in N",
-    "--trace-count": "number of requests traced",
-    "--trace-log-frequency": "traces per trace file",
     "--repository-poll-secs": "repository poll period in poll mode",
     "--model-load-thread-count": "threads that load models",
     "--model-load-retry-count": "retries of a failed model load",
@@ -251,6 +246,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_security_flags(p)
     _add_http(p)
+    p.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[MODE,]KEY=VALUE",
+        help="tracing: level=TIMESTAMPS|TENSORS|OFF (repeatable), rate=N (trace 1 request in N, 1000), "
+        "count=N (-1: no limit), mode=triton|opentelemetry; triton,file=PATH and triton,log-frequency=N; "
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_* (tracing OFF)",
+    )
+    for old, key, what in (
+        ("--trace-file", "triton,file", "PATH"),
+        ("--trace-level", "level", "LEVEL"),
+        ("--trace-rate", "rate", "N"),
+        ("--trace-count", "count", "N"),
+        ("--trace-log-frequency", "triton,log-frequency", "N"),
+    ):
+        p.add_argument(
+            old,
+            action="append",
+            default=[],
+            dest=old[2:].replace("-", "_"),
+            metavar=what,
+            help=f"older Triton spelling of --trace-config {key}={what}",
+        )
     _add_ignored(p)
     return p
 
@@ -383,6 +402,20 @@ def parse_args(argv: list[str]) -> ServerConfig:
         parser.error(f"--cache-config: {e}")
     if config.cache_bytes is None and args.response_cache_byte_size:
         config.cache_bytes = args.response_cache_byte_size
+    config.trace_config = [
+        *(f"triton,file={v}" for v in args.trace_file),
+        *(f"level={v}" for v in args.trace_level),
+        *(f"rate={v}" for v in args.trace_rate),
+        *(f"count={v}" for v in args.trace_count),
+        *(f"triton,log-frequency={v}" for v in args.trace_log_frequency),
+        *args.trace_config,
+    ]
+    from service.core.trace_settings import parse_trace_config
+
+    try:
+        parse_trace_config(config.trace_config)
+    except ValueError as e:
+        parser.error(f"--trace-config: {e}")
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True

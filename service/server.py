@@ -18,6 +18,8 @@ from service.core.engine import Engine
 from service.core.repository import READY, ModelRepository, RepositoryOptions
 from service.core.schedulers import make_scheduler
 from service.core.shm_plan import plan_arenas
+from service.core.trace_settings import parse_trace_config
+from service.core.tracer import Tracer
 from service.errors import ServiceError
 from service.examples import missing_example_lines
 from service.frontend.grpc_server import build_grpc_server
@@ -94,6 +96,10 @@ class Server:
         self.engine.model_control_mode = config.model_control_mode
         if config.cache_bytes:
             self.engine.enable_response_cache(config.cache_bytes)
+        if config.trace_config:
+            settings, otel = parse_trace_config(config.trace_config)
+            self.engine.tracer = Tracer(settings, otel)
+            self.engine.tracer.known_model = lambda name: name in self.repository.models
         self.engine.log_settings.log_verbose_level = config.log_verbose
         self.bls.engine = self.engine
         self.grpc_server: grpc.aio.Server | None = None
@@ -182,6 +188,7 @@ class Server:
             stopping.append(self.http.stop())
         await asyncio.gather(*stopping)
         await self.repository.stop()
+        self.engine.tracer.close()
         if self.shm_registry is not None:
             self.shm_registry.close()
         self.engine.live = False

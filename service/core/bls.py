@@ -83,6 +83,10 @@ class BlsServer:
             flags=msg.flags,
             timeout_us=msg.timeout_us,
         )
+        if msg.trace_id and self.engine is not None:
+            parent = self.engine.tracer.find(msg.trace_id)  # the model passed trace=request.trace()
+            if parent is not None:
+                request.trace = parent.child(msg.model_name)
         call = _Call(worker, msg.id, request, offsets)
         self._calls[(worker, msg.id)] = call
         worker.uses_bls = True

@@ -10,12 +10,15 @@ from typing import Any
 
 from protos import model_config_pb2 as mc
 from service import __version__
+from service.core import trace_hooks
 from service.core.admission import Admission
 from service.core.cache_gate import CacheGate
 from service.core.classification import classify, load_labels
 from service.core.log_settings import LogSettings
 from service.core.repository import READY, ModelRepository, ModelVersion
 from service.core.stats import ModelStats
+from service.core.trace_settings import TraceSettings
+from service.core.tracer import Tracer
 from service.core.validation import check_model_name, parse_version, validate_request
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, ResponseCallback, ShmRef
@@ -38,6 +41,7 @@ EXTENSIONS = [
     "parameters",
     "statistics",
     "logging",
+    "trace",
 ]
 
 
@@ -96,6 +100,8 @@ class Engine:
         self.log_settings = LogSettings()
         self._labels: dict[tuple[str, str], list[str]] = {}  # (model dir, label file) -> labels
         self.cache_gate: CacheGate | None = None  # set by enable_response_cache (--cache-config)
+        self.tracer = Tracer(TraceSettings())  # replaced by the server from --trace-config
+        self.tracer.known_model = lambda name: name in repository.models
 
     def enable_response_cache(self, budget_bytes: int) -> None:
         """Answer repeated requests of models with `response_cache { enable: true }` from a local cache."""
@@ -243,6 +249,8 @@ class Engine:
         """Find the model version, resolve shared-memory references and validate; raises ServiceError."""
         if not self.accepting:
             raise ServiceError(ErrorCode.UNAVAILABLE, "Server is not accepting new inference requests (shutting down)")
+        if request.trace is not None:
+            request.trace.stamp("REQUEST_START")
         mv = self.repository.get(request.model_name, request.model_version)
         request.model_version = str(mv.version)
         self._resolve_shm(request)
@@ -391,6 +399,10 @@ class Engine:
             mv.scheduler.cancel(request)
             raise
 
+    def trace_setting(self, model_name: str = "", updates: dict[str, list[str] | None] | None = None) -> dict:
+        """Get (and with `updates`, change) the global or a model's trace settings (trace extension)."""
+        return self.tracer.setting(model_name, updates)
+
     def submit(self, request: InferRequest, on_response: ResponseCallback) -> ModelVersion:
         """Start a request whose responses (one, or many for decoupled models) go to on_response."""
         mv = self.prepare(request)
@@ -414,6 +426,10 @@ class Engine:
         if admission is not None:
             admission.enter(mv)  # raises UNAVAILABLE above a bound
             on_response = self._admitted(admission, mv, on_response)
+        trace = request.trace
+        if trace is not None:
+            trace_hooks.queued(trace, request, mv.version)
+            on_response = trace_hooks.answering(trace, on_response)
         request.on_response = on_response
         self._hold_shm(request)
         assert mv.scheduler is not None

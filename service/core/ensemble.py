@@ -175,6 +175,8 @@ class EnsembleScheduler(Scheduler):
             priority=request.priority,
             timeout_us=request.timeout_us,
         )
+        if request.trace is not None:
+            sub.trace = request.trace.child(step.model_name)
         counter = [0]
         run.inflight[sub] = None
         try:

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from service.core import trace_hooks
 from service.core.stats import ModelStats
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse
@@ -224,6 +225,10 @@ class InstanceScheduler(Scheduler):
         self.stats.record_execution(size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns)
         for req in batch:
             track: Any = req.context
+            if req.trace is not None and track is not None:
+                trace_hooks.computed(
+                    req.trace, track.dispatch_ns, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns
+                )
             if track is not None and not track.failed:
                 self.stats.record_request(
                     track.dispatch_ns - req.arrival_ns,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -13,6 +14,7 @@ from protos import grpc_service_pb2_grpc as pb_grpc
 from protos import health_pb2, health_pb2_grpc
 from service import stagetrace
 from service.core.engine import Engine
+from service.core.tracer import Trace
 from service.errors import ErrorCode, ServiceError
 from service.frontend import grpc_codec as codec
 from service.frontend import grpc_stream
@@ -123,6 +125,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         if stagetrace.RECORDER is not None:
             return await self._traced_infer(request, context, stagetrace.RECORDER)
+        if self.engine.tracer.enabled:
+            return await self._sampled_infer(request, context)
         try:
             response = await self.engine.infer(codec.decode_infer_request(request))
         except Exception as e:
@@ -149,6 +153,33 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         req.stamps.append(("encoded", stagetrace.now()))
         recorder.write(req.stamps)
         return encoded
+
+    async def _sampled_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        """ModelInfer while tracing is on (--trace-config / TraceSetting): the sampled ones get a Trace."""
+        received = time.monotonic_ns()
+        trace: Trace | None = None
+        try:
+            try:
+                req = codec.decode_infer_request(request)
+                trace = self.engine.tracer.sample(req.model_name, grpc_stream.traceparent_of(context))
+                if trace is not None:
+                    trace.stamp("GRPC_WAITREAD_START", received)
+                    trace.stamp("GRPC_WAITREAD_END")
+                    req.trace = trace
+                response = await self.engine.infer(req)
+            except Exception as e:
+                await _abort(context, e)
+            if response.error is not None:
+                await _abort(context, response.error)
+            if trace is not None:
+                trace.stamp("GRPC_SEND_START")
+            encoded = codec.encode_infer_response(response)
+            if trace is not None:
+                trace.stamp("GRPC_SEND_END")
+            return encoded
+        finally:
+            if trace is not None:
+                trace.finish()
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any) -> None:
         # reads with context.read(), writes with write()
@@ -251,8 +282,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # ---- settings ------------------------------------------------------------------------------------------
-    async def TraceSetting(self, request: Any, context: Any) -> pb.TraceSettingResponse:
-        await _abort(context, ServiceError(ErrorCode.UNSUPPORTED, "tracing is not supported by this server"))
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
+        updates: dict[str, list[str] | None] = {k: list(v.value) for k, v in request.settings.items()}
+        try:
+            current = self.engine.trace_setting(request.model_name, updates)
+        except Exception as e:
+            await _abort(context, e)
+        response = pb.TraceSettingResponse()
+        for key, values in current.items():
+            response.settings[key].value.extend(values)
+        return response
 
     async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
         changes = {}

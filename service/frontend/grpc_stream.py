@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 
@@ -34,6 +36,14 @@ log = logging.getLogger("trireme.grpc")
 GRPC_ERROR_HEADER = "triton_grpc_error"  # stream header: errors end the stream with their gRPC status
 MESSAGE_OVERHEAD = 256  # bytes counted per buffered response besides its tensors (ids, names, shapes)
 _Out = tuple[pb.ModelStreamInferResponse, int]  # a message waiting to be written and the bytes it counts for
+
+
+def traceparent_of(context: Any) -> str:
+    """The W3C `traceparent` header of a call ('' when the client sent none)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return str(value)
+    return ""
 
 
 def _request_error(request_id: str, e: Exception) -> pb.ModelStreamInferResponse:
@@ -82,6 +92,9 @@ class StreamSession:
         self.grpc_error = any(k == GRPC_ERROR_HEADER and str(v).lower() == "true" for k, v in metadata)
         self.errors: dict[int, ServiceError] = {}  # id(queued error message) -> its error, in that mode only
         self.failure: ServiceError | None = None
+        self.traceparent = ""
+        if engine.tracer.enabled:
+            self.traceparent = traceparent_of(context)
 
     # ---- requests in ------------------------------------------------------------------------------------
     async def read_all(self) -> None:
@@ -109,16 +122,21 @@ class StreamSession:
 
     def start(self, msg: pb.ModelInferRequest) -> None:
         """Decode and submit one request; decode and enqueue errors are answered in-band, in order."""
+        received = time.monotonic_ns()
         try:
             request = codec.decode_infer_request(msg)
         except Exception as e:
             self._answer_now(self._noted(_request_error(msg.id, e), e))
             return
+        if self.engine.tracer.enabled:
+            self._sample(request, received)
         slot = _Slot(request)
         self.ordered.append(slot)
         try:
             mv = self.engine.submit(request, lambda response: self._on_response(slot, response))
         except Exception as e:
+            if request.trace is not None:
+                request.trace.finish()
             if not isinstance(e, ServiceError):
                 log.exception("stream request failed to start")
             slot.decoupled = False
@@ -139,6 +157,13 @@ class StreamSession:
         if slot.request is not None:
             self.inflight[request] = mv
 
+    def _sample(self, request: InferRequest, received_ns: int) -> None:
+        trace = self.engine.tracer.sample(request.model_name, self.traceparent)
+        if trace is not None:
+            trace.stamp("GRPC_WAITREAD_START", received_ns)
+            trace.stamp("GRPC_WAITREAD_END")
+            request.trace = trace
+
     def _answer_now(self, message: pb.ModelStreamInferResponse) -> None:
         """An answer that is not tied to a submitted request: keeps its place behind earlier ordered answers."""
         slot = _Slot(None)
@@ -157,6 +182,10 @@ class StreamSession:
         if response.final and request is not None:
             self.inflight.pop(request, None)
             slot.request = None
+            if request.trace is not None:  # written from here on: the stream's writer owns the send
+                request.trace.stamp("GRPC_SEND_START")
+                request.trace.stamp("GRPC_SEND_END")
+                request.trace.finish()
         if self.closed or (response.null and (request is None or not request.enable_empty_final)):
             self.wake.set()  # may be the last in-flight request
             return

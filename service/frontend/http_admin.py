@@ -221,8 +221,21 @@ class AdminRoutes:
         return _json(self.engine.log_settings.as_dict())
 
     async def trace(self, request: web.Request) -> web.Response:
-        """Tracing is not implemented: the same answer as the gRPC TraceSetting call."""
-        raise ServiceError(ErrorCode.UNSUPPORTED, "tracing is not supported by this server")
+        """GET: the global or a model's trace settings; POST: change some (null clears a model's key) first."""
+        updates: dict[str, list[str] | None] = {}
+        if request.method == "POST":
+            for key, value in (await self._body(request)).items():
+                if value is None:
+                    updates[key] = None
+                elif isinstance(value, str):
+                    updates[key] = [value]
+                elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+                    updates[key] = value
+                else:
+                    raise invalid_arg(f"Unable to parse '{key}': expected a string or a list of strings")
+        current = self.engine.trace_setting(request.match_info.get("model", ""), updates)
+        # HTTP shape: trace_level is a list, every other setting a plain string
+        return _json({key: values if key == "trace_level" else values[0] for key, values in current.items()})
 
 
 def _uint_field(body: dict[str, Any], key: str, default: int) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -176,10 +177,25 @@ class HttpFrontend:
         """POST .../infer: JSON and/or binary tensors in, JSON and/or binary tensors out."""
         mi = request.match_info
         model, version = mi["model"], mi.get("version", "")
+        tracing = self.engine.tracer.enabled
+        received = time.monotonic_ns() if tracing else 0
         body = await read_body(request, self.options.max_input_size)
         req, choice = self._decode(request, body, model, version)
-        response = await self._run(req)
-        payload, header_length = codec.encode_response(response, choice)
+        trace = self.engine.tracer.sample(model, request.headers.get("traceparent", "")) if tracing else None
+        if trace is None:
+            response = await self._run(req)
+            payload, header_length = codec.encode_response(response, choice)
+        else:
+            trace.stamp("HTTP_RECV_START", received)
+            trace.stamp("HTTP_RECV_END")
+            req.trace = trace
+            try:
+                response = await self._run(req)
+                trace.stamp("HTTP_SEND_START")
+                payload, header_length = codec.encode_response(response, choice)
+                trace.stamp("HTTP_SEND_END")
+            finally:
+                trace.finish()
         if header_length < 0:
             out = web.Response(body=payload, content_type=JSON)
         else:

@@ -104,6 +104,7 @@ class BlsClient:
             request.timeout(),
             decoupled,
             self._take_released(),
+            trace_id=request.trace().trace_id,
         )
 
     def _take_released(self) -> list[int]:

@@ -55,6 +55,7 @@ class RequestMsg(msgspec.Struct, array_like=True, omit_defaults=True):
     flags: int = 0
     correlation_id: int | str = 0
     timeout_us: int = 0
+    trace_id: int = 0  # the server's trace of this request (0: not traced); BLS calls may name it as parent
 
 
 class Init(msgspec.Struct, tag="init", array_like=True):
@@ -167,6 +168,7 @@ class BlsRequest(msgspec.Struct, tag="bls", array_like=True, omit_defaults=True)
     timeout_us: int = 0
     decoupled: bool = False
     release: list[int] = []
+    trace_id: int = 0  # parent trace (the model passed trace=request.trace()); 0: none
 
 
 class BlsResponse(msgspec.Struct, tag="blsresp", array_like=True, omit_defaults=True):

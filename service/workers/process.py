@@ -306,7 +306,10 @@ class WorkerProcess:
                 self.spec.instance_name,
                 self.bytes_copied,
             )
-        return ipc.RequestMsg(rid, req.id, tensors, outputs, req.parameters, req.flags, req.sequence_id, req.timeout_us)
+        trace_id = req.trace.id if req.trace is not None else 0
+        return ipc.RequestMsg(
+            rid, req.id, tensors, outputs, req.parameters, req.flags, req.sequence_id, req.timeout_us, trace_id
+        )
 
     def unmap_client_segments(self, keys: list[str]) -> None:
         """Tell the worker to drop its own mappings of these client segments (they were unregistered)."""

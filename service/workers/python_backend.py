@@ -183,6 +183,7 @@ class PythonBackend(Backend):
             flags=r.flags,
             timeout=r.timeout_us,
             parameters=None,
+            trace=pb_utils.InferenceTrace(r.extra.get("trace_id", 0)),
         )
         req._parameters = r.parameters
         req._worker_request = r

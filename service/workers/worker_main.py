@@ -176,6 +176,8 @@ class Worker:
                 responder=self.respond,
             )
             req.extra["out_specs"] = {o.name: o.shm for o in r.outputs}
+            if r.trace_id:
+                req.extra["trace_id"] = r.trace_id
             batch.append(req)
         with self.requests_lock:
             for req in batch:

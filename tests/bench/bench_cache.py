@@ -9,7 +9,8 @@ all on one server started with a small cache budget:
   after the first is a hit on the cached model. Infer/s at c=1 and c=4.
 - `echo_cached` vs `echo_plain`: identity FP32[16], fed 256 distinct inputs in turn; the budget holds far fewer
   entries, so every request on the cached model misses (lookup + insert + eviction): the cost of a miss.
-Prints a markdown table (medians over rounds).
+Prints a markdown table (medians over rounds), then the in-process cost of the cache's own work per request
+(key + lookup, and key + lookup + insert with eviction), which perf_analyzer cannot resolve on a noisy VM.
 """
 
 from __future__ import annotations
@@ -122,6 +123,41 @@ def main() -> None:
         f"| identity, every request a miss | 1 | {med('echo_cached', 1):.0f} | {med('echo_plain', 1):.0f} | "
         f"{ratio('echo_cached', 'echo_plain', 1):.2f} |"
     )
+    hit_us, miss_us = micro_costs()
+    print(f"\nIn process (no server): a hit costs {hit_us:.1f} µs, a miss {miss_us:.1f} µs (16 floats).")
+
+
+def micro_costs(n: int = 20000) -> tuple[float, float]:
+    """µs per request of a hit (key + lookup) and of a miss (key + lookup + insert + eviction), 16 floats."""
+    import timeit
+
+    from service.core.response_cache import ResponseCache, request_key
+    from service.types import InferRequest, InputTensor, OutputTensor
+
+    data = np.arange(16, dtype=np.float32).tobytes()
+    outputs = [OutputTensor("OUT", "FP32", [16], data)]
+    cache = ResponseCache(BUDGET_BYTES)
+    every = frozenset({"OUT"})
+    counter = iter(range(10**9))
+
+    def no_shm(request: InferRequest, name: str) -> None:
+        return None
+
+    def miss() -> None:
+        tail = next(counter).to_bytes(4, "little")
+        request = InferRequest("m", "1", inputs=[InputTensor("IN", "FP32", [16], data[:-4] + tail)])
+        key = request_key(request, no_shm, every)
+        assert key is not None and cache.lookup(key) is None
+        cache.insert(key, outputs, {})
+
+    def hit() -> None:
+        request = InferRequest("m", "1", inputs=[InputTensor("IN", "FP32", [16], data)])
+        key = request_key(request, no_shm, every)
+        assert key is not None
+        if cache.lookup(key) is None:
+            cache.insert(key, outputs, {})
+
+    return timeit.timeit(hit, number=n) / n * 1e6, timeit.timeit(miss, number=n) / n * 1e6
 
 
 if __name__ == "__main__":

@@ -202,7 +202,11 @@ def test_logging_and_trace_settings(server: ServerProcess, client: httpclient.In
     assert r.status_code == 400 and "log_format" in r.json()["error"]
     for path in ("/v2/trace/setting", "/v2/models/linear/trace/setting"):
         r = get(server, path)
-        assert r.status_code == 501 and r.json() == {"error": "tracing is not supported by this server"}
+        assert r.status_code == 200 and r.json()["trace_level"] == ["OFF"] and r.json()["trace_rate"] == "1000"
+    r = post(server, "/v2/trace/setting", json={"trace_rate": 5})
+    assert r.status_code == 400 and "trace_rate" in r.json()["error"]
+    r = get(server, "/v2/models/unknown/trace/setting")
+    assert r.status_code == 400 and "unknown model" in r.json()["error"]
 
 
 @pytest.mark.parametrize(

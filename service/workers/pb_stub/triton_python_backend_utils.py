@@ -408,7 +408,16 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    """Placeholder trace handle (tracing is not implemented)."""
+    """The server's trace of a request. Pass it to a BLS InferenceRequest (`trace=request.trace()`) so the
+    called model's trace is recorded as a child of this one; a request that is not traced has trace_id 0."""
+
+    def __init__(self, trace_id: int = 0, context: str | None = None) -> None:
+        self.trace_id = trace_id
+        self._context = context
+
+    def get_context(self, mode: str = "opentelemetry") -> str | None:
+        """The OpenTelemetry context of the trace, when there is one (None otherwise)."""
+        return self._context
 
 
 class InferenceRequest:
