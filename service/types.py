@@ -100,6 +100,9 @@ class InferRequest:
     priority: int = 0
     timeout_us: int = 0
     enable_empty_final: bool = False
+    # must be answered exactly once (ModelInfer, non-decoupled BLS): an ensemble with a decoupled step then
+    # answers with its single set of outputs instead of streaming
+    single_response: bool = False
     # filled by the core
     batch_size: int = 1
     arrival_ns: int = 0

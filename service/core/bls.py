@@ -119,6 +119,7 @@ class BlsServer:
             )
         call.chain = chain
         self._chains[request] = chain
+        request.single_response = not msg.decoupled
         call.mv = self.engine.submit(request, partial(self._on_response, call))
         if msg.timeout_us > 0 and not call.answered:
             loop = asyncio.get_running_loop()

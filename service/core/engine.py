@@ -381,6 +381,7 @@ class Engine:
                 ErrorCode.UNSUPPORTED,
                 "ModelInfer RPC doesn't support models with decoupled transaction policy",
             )
+        request.single_response = True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferResponse] = loop.create_future()
 

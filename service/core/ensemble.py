@@ -5,8 +5,13 @@ own schedulers, batching and statistics. Tensors move between steps by reference
 bytes object (or client shared-memory reference) the producing step or the client supplied; nothing is copied
 here. Independent steps run in parallel. A decoupled composing model may answer a step many times: each
 response is a new "iteration" whose tensors carry a key (a tuple, one index per decoupled step on the path)
-and downstream steps run once per iteration, pairing tensors whose keys are prefixes of each other. A decoupled
-ensemble streams one response per complete set of outputs; a non-decoupled one answers once at the end.
+and downstream steps run once per iteration, pairing tensors whose keys are prefixes of each other.
+
+An ensemble that is decoupled, or has a decoupled step (directly or in a nested ensemble), streams one
+response per complete set of outputs as the sets complete (zero, one or many), then a bare final flag, as
+Triton does; the ensemble itself need not be marked decoupled. A request that must be answered exactly once
+(ModelInfer, a non-decoupled BLS call: `InferRequest.single_response`) gets the single set at the end instead,
+and an error when the steps produced another number of sets.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ class EnsembleScheduler(Scheduler):
         self.steps = validate_graph(config)
         validate_models(config, self.steps, self._step_config)
         self.decoupled = config.model_transaction_policy.decoupled
+        # answers 0..N times (a decoupled step somewhere below): composing models are loaded by now
+        self.streams = self.decoupled or any(self._step_streams(step) for step in self.steps)
         self.output_names = [t.name for t in config.output]
         self.consumers: dict[str, list[Step]] = {}
         for step in self.steps:
@@ -64,6 +71,12 @@ class EnsembleScheduler(Scheduler):
 
     def _step_config(self, step: Step) -> Any:
         return self.engine.repository.get(step.model_name, step.model_version).config
+
+    def _step_streams(self, step: Step) -> bool:
+        try:
+            return self.engine.repository.get(step.model_name, step.model_version).streams
+        except ServiceError:
+            return False
 
     @property
     def ready(self) -> bool:
@@ -192,7 +205,7 @@ class EnsembleScheduler(Scheduler):
             self._fail(run, step, response.error)
         elif not response.null and run.error is None:
             mv = run.inflight.get(sub)
-            out_key = (*key, counter[0]) if mv is not None and mv.decoupled else key
+            out_key = (*key, counter[0]) if mv is not None and mv.streams else key
             counter[0] += 1
             produced = []
             for out in response.outputs:
@@ -225,7 +238,7 @@ class EnsembleScheduler(Scheduler):
             v = values[name]
             if v is not None:
                 outputs.append(OutputTensor(name, v.datatype, v.shape, v.data))
-        if self.decoupled:
+        if self.streams and not request.single_response:
             self._deliver(
                 run, InferResponse(request.model_name, request.model_version, request.id, outputs, final=False)
             )
@@ -239,16 +252,17 @@ class EnsembleScheduler(Scheduler):
         self.runs.pop(run.request, None)
         request = run.request
         error = run.error
-        if error is None and not self.decoupled and len(run.output_sets) != 1:
+        streamed = self.streams and not request.single_response
+        if error is None and not streamed and len(run.output_sets) != 1:
             error = ServiceError(
                 ErrorCode.INTERNAL,
                 f"in ensemble '{self.mv.name}', the steps produced {len(run.output_sets)} complete sets of outputs; "
-                "a non-decoupled ensemble answers exactly once (set model_transaction_policy { decoupled: true } "
-                "to stream several)",
+                "a request answered exactly once (ModelInfer, a non-decoupled BLS call) needs exactly one: use "
+                "ModelStreamInfer to receive every response",
             )
         if error is not None:
             response = InferResponse(request.model_name, request.model_version, request.id, error=error)
-        elif self.decoupled:
+        elif streamed:
             response = InferResponse(request.model_name, request.model_version, request.id, null=True)
         else:
             response = InferResponse(request.model_name, request.model_version, request.id, run.output_sets[0])

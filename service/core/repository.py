@@ -55,6 +55,11 @@ class ModelVersion:
         return self.config.model_transaction_policy.decoupled
 
     @property
+    def streams(self) -> bool:
+        """Whether a request may get 0..N responses: decoupled, or an ensemble with a decoupled step."""
+        return self.decoupled or bool(getattr(self.scheduler, "streams", False))
+
+    @property
     def ready(self) -> bool:
         """READY and every instance alive."""
         return self.state == READY and (self.scheduler is None or self.scheduler.ready)

@@ -143,7 +143,7 @@ class StreamSession:
             slot.message = self._counted(self._noted(_request_error(msg.id, e), e))
             self._flush()
             return
-        if mv.decoupled:
+        if mv.streams:  # decoupled, or an ensemble with a decoupled step: answers written as produced
             slot.decoupled = True
             self.ordered.remove(slot)
             self.out.extend(slot.pending)
