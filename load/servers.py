@@ -24,7 +24,8 @@ from pathlib import Path
 TRITON_BIN = os.environ.get("TRIREME_TRITON_BIN", "/tmp/trireme-anchors/bin/tritonserver")
 PERF_ANALYZER_BIN = os.environ.get("TRIREME_PERF_ANALYZER_BIN", "/tmp/trireme-anchors/bin/perf_analyzer")
 COMMANDS = {
-    "trireme": "{python} -m service serve --model-repository {repo} --grpc-port {grpc} --http-port {http}",
+    "trireme": "{python} -m service serve --model-repository {repo} --grpc-port {grpc} --http-port {http} "
+    "--metrics-port {metrics}",
     "triton": "{triton} --model-repository={repo} --grpc-port={grpc} --http-port={http} --metrics-port={metrics}",
 }
 

@@ -83,6 +83,13 @@ class ServerConfig:
     reuse_http_port: bool = False
     trace_config: list[str] = field(default_factory=list)  # --trace-config entries, validated at parse time
 
+    allow_metrics: bool = True
+    metrics_address: str = ""  # "" = the --http-address (Triton's default), else 0.0.0.0
+    metrics_port: int = 8002
+    metrics_interval_ms: int = 2000
+    metrics_config: list[str] = field(default_factory=list)  # --metrics-config key=value entries
+    allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True
 
 # Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
 # real? Add it to build_parser and delete its entry here (a real flag of the same name already wins).
@@ -101,13 +108,6 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--vertex-ai-port": "port of the Vertex AI endpoint",
     "--vertex-ai-thread-count": "threads of the Vertex AI endpoint",
     "--vertex-ai-default-model": "model that Vertex AI requests go to",
-    "--allow-metrics": "serve Prometheus metrics",
-    "--allow-gpu-metrics": "report GPU metrics",
-    "--allow-cpu-metrics": "report CPU metrics",
-    "--metrics-address": "address of the metrics endpoint",
-    "--metrics-port": "port of the metrics endpoint (8002)",
-    "--metrics-interval-ms": "how often GPU/CPU metrics are collected (ms)",
-    "--metrics-config": "metrics settings (key=value)",
     "--repository-poll-secs": "repository poll period in poll mode",
     "--model-load-thread-count": "threads that load models",
     "--model-load-retry-count": "retries of a failed model load",
@@ -270,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar=what,
             help=f"older Triton spelling of --trace-config {key}={what}",
         )
+    _add_metrics(p)
     _add_ignored(p)
     return p
 
@@ -311,6 +312,43 @@ def _add_http(p: argparse.ArgumentParser) -> None:
         default=False,
         metavar="BOOL",
         help="bind the HTTP port with SO_REUSEPORT so several servers can share it (false)",
+    )
+
+
+def _add_metrics(p: argparse.ArgumentParser) -> None:
+    """The Prometheus metrics endpoint's flags (Triton's names; docs/metrics.md)."""
+    p.add_argument(
+        "--allow-metrics", type=parse_bool, default=True, metavar="BOOL", help="serve Prometheus metrics (true)"
+    )
+    p.add_argument(
+        "--metrics-port", type=int, default=8002, metavar="PORT", help="port of the metrics endpoint; 0 picks one (8002)"
+    )
+    p.add_argument(
+        "--metrics-address",
+        default="",
+        metavar="ADDR",
+        help="address the metrics endpoint binds to (the --http-address)",
+    )
+    p.add_argument(
+        "--metrics-interval-ms",
+        type=int,
+        default=2000,
+        metavar="MS",
+        help="how often CPU and GPU gauges are sampled (2000)",
+    )
+    p.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="metrics setting, repeatable: counter_latencies, summary_latencies, summary_quantiles, "
+        "histogram_latencies (Triton's keys), trireme_histograms",
+    )
+    p.add_argument(
+        "--allow-cpu-metrics", type=parse_bool, default=True, metavar="BOOL", help="report CPU utilisation and memory (true)"
+    )
+    p.add_argument(
+        "--allow-gpu-metrics", type=parse_bool, default=True, metavar="BOOL", help="report GPU gauges when a GPU is visible (true)"
     )
 
 
@@ -386,6 +424,13 @@ def parse_args(argv: list[str]) -> ServerConfig:
         http_max_input_size=args.http_max_input_size,
         http_header_forward_pattern=args.http_header_forward_pattern,
         reuse_http_port=args.reuse_http_port,
+        allow_metrics=args.allow_metrics,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        metrics_interval_ms=args.metrics_interval_ms,
+        metrics_config=list(args.metrics_config),
+        allow_cpu_metrics=args.allow_cpu_metrics,
+        allow_gpu_metrics=args.allow_gpu_metrics,
     )
     check_restricted(config.grpc.restricted, "--grpc-restricted-protocol")
     check_restricted(config.http_restricted, "--http-restricted-api")

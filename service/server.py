@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Any
 
 import grpc
 import uvloop
@@ -14,7 +15,9 @@ import uvloop
 from service.config import ServerConfig
 from service.core.admission import Admission
 from service.core.bls import BlsServer
+from service.core.custom_metrics import CustomMetrics
 from service.core.engine import Engine
+from service.core.metrics import CoreCollector, parse_metrics_config
 from service.core.repository import READY, ModelRepository, RepositoryOptions
 from service.core.schedulers import make_scheduler
 from service.core.shm_plan import plan_arenas
@@ -24,6 +27,8 @@ from service.errors import ServiceError
 from service.examples import missing_example_lines
 from service.frontend.grpc_server import build_grpc_server
 from service.frontend.http_server import HttpFrontend, HttpOptions
+from service.core.system_metrics import SystemSampler
+from service.frontend.metrics_http import Collector, MetricsService
 from service.workers.arena import SEGMENT_PREFIX
 from shm.registry import SharedMemoryRegistry
 
@@ -85,8 +90,17 @@ class Server:
             log_verbose=config.log_verbose,
             arena_bytes=config.arena_bytes,
         )
+        self.metrics_config = parse_metrics_config(config.metrics_config)
+        options.summaries = config.allow_metrics and self.metrics_config.summary_latencies
         self.bls = BlsServer()  # requests Python models send to other models
-        options.attach_worker = self.bls.attach
+        self.custom_metrics = CustomMetrics()  # pb_utils.MetricFamily metrics of Python models
+        bls_attach, metrics_attach = self.bls.attach, self.custom_metrics.attach
+
+        def attach_worker(worker: Any) -> None:
+            bls_attach(worker)
+            metrics_attach(worker)
+
+        options.attach_worker = attach_worker
         self.repository = ModelRepository(
             config.model_repositories, options, lambda mv, pool: make_scheduler(mv, pool, self.engine)
         )
@@ -105,6 +119,8 @@ class Server:
         self.grpc_server: grpc.aio.Server | None = None
         self.grpc_port = 0
         self.http: HttpFrontend | None = None
+        self.metrics: MetricsService | None = None
+        self.metrics_address = ""
         self._stop = asyncio.Event()
 
     async def start(self) -> bool:
@@ -144,6 +160,8 @@ class Server:
                 len(failed),
             )
             return False
+        if self.config.allow_metrics:  # listening before the gRPC banner: whoever waits for it can scrape
+            await self._start_metrics()
         self.grpc_server, self.grpc_port = build_grpc_server(
             self.engine, f"{self.config.grpc_address}:{self.config.grpc_port}", self.config.grpc
         )
@@ -152,6 +170,8 @@ class Server:
         print(f"Started GRPCInferenceService at {self.config.grpc_address}:{self.grpc_port}", flush=True)
         if self.http is not None:
             print(f"Started HTTPService at {self.config.http_address}:{http_port}", flush=True)
+        if self.metrics is not None:
+            print(f"Started Metrics Service at {self.metrics_address}:{self.metrics.port}", flush=True)
         return True
 
     async def _start_http(self) -> int:
@@ -169,6 +189,20 @@ class Server:
         )
         self.http = HttpFrontend(self.engine, options)
         return await self.http.start()
+    async def _start_metrics(self) -> None:
+        """The Prometheus endpoint (--metrics-port), on this event loop."""
+        config = self.config
+        self.metrics_config.interval_ms = config.metrics_interval_ms
+        sampler = SystemSampler(
+            cpu=config.allow_cpu_metrics, gpu=config.allow_gpu_metrics, gpu_count=self.repository.options.gpu_count
+        )
+        collectors: list[Collector] = [
+            CoreCollector(self.repository, self.metrics_config, sampler),
+            self.custom_metrics,
+        ]
+        self.metrics = MetricsService(collectors, sampler, config.metrics_interval_ms)
+        self.metrics_address = config.metrics_address or config.http_address or "0.0.0.0"
+        await self.metrics.start(self.metrics_address, config.metrics_port)
 
     def request_stop(self) -> None:
         """Begin an orderly shutdown (signal handler)."""
@@ -186,6 +220,8 @@ class Server:
             stopping.append(self.grpc_server.stop(grace=self.config.exit_timeout_secs))
         if self.http is not None:
             stopping.append(self.http.stop())
+        if self.metrics is not None:
+            stopping.append(self.metrics.stop())
         await asyncio.gather(*stopping)
         await self.repository.stop()
         self.engine.tracer.close()

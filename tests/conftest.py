@@ -36,9 +36,12 @@ class ServerProcess:
         self.url = f"127.0.0.1:{self.port}"
         self.http_port = free_port()
         self.http_url = f"127.0.0.1:{self.http_port}"  # tritonclient.http form; requests wants "http://" + this
+        self.metrics_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.log_path = log_path
         args = [sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(self.port)]
         args += ["--http-address", "127.0.0.1", "--http-port", str(self.http_port)]
+        args += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
         for repo in repos:
             args += ["--model-repository", str(repo)]
         args += extra_args

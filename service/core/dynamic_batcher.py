@@ -97,6 +97,9 @@ class DynamicBatcher(InstanceScheduler):
             heapq.heappush(self._deadlines, (now + timeout_us * 1000, next(self._seq), request))
         self._pump()
 
+    def pending_count(self) -> int:
+        return self.queues.size + self.handed_over_count()
+
     # ---- batching ----------------------------------------------------------------------------------------
     def _pump(self) -> None:
         self._wake_at = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from service.core.ensemble import LoadBarrier
 from service.core.ensemble_graph import step_model_names
 from service.core.scheduler import Scheduler
 from service.core.stats import ModelStats
+from service.core.summaries import SummaryWindow
 from service.core.validation import ModelSignature, parse_version, tensor_spec
 from service.core.warmup import run_warmup
 from service.errors import ErrorCode, ServiceError
@@ -87,6 +89,7 @@ class RepositoryOptions:
     arena_bytes: int = 256 << 20
     # called with every worker process started (BLS server: routes the worker's BLS messages)
     attach_worker: Callable[[Any], None] | None = None
+    summaries: bool = False  # keep latency samples for Triton's summary metrics (--metrics-config)
 
 
 SchedulerFactory = Callable[[ModelVersion, "InstancePool | None"], Scheduler]
@@ -226,6 +229,10 @@ class ModelRepository:
     async def _load_version(self, entry: ModelEntry, config: mc.ModelConfig, version: int) -> ModelVersion:
         mv = ModelVersion(entry.name, version, entry.model_dir, config)
         mv.signature = build_signature(config)
+        mv.stats.decoupled = mv.decoupled
+        if self.options.summaries:
+            mv.stats.summaries = SummaryWindow()
+        started = time.monotonic()
         try:
             pool = None
             if config.platform != "ensemble":
@@ -240,6 +247,7 @@ class ModelRepository:
             mv.pool = pool
             mv.scheduler = self.scheduler_factory(mv, pool)
             mv.state = READY
+            mv.stats.load_duration_s = time.monotonic() - started
             log.info("loaded model '%s' version %d", entry.name, version)
         except ServiceError as e:
             mv.state, mv.reason = UNAVAILABLE, e.message

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from service.core import trace_hooks
-from service.core.stats import ModelStats
+from service.core.stats import BACKEND, CANCELED, OTHER, REJECTED, ModelStats
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse
 from service.workers import ipc
@@ -59,12 +59,14 @@ class LoopClock:
 class _Track:
     """Per-request bookkeeping a scheduler keeps in `InferRequest.context`."""
 
-    __slots__ = ("dispatch_ns", "enqueue_ns", "failed", "finished", "level", "state", "worker")
+    __slots__ = ("dispatch_ns", "enqueue_ns", "error", "failed", "finished", "level", "responded", "state", "worker")
 
     def __init__(self) -> None:
         self.dispatch_ns = 0
         self.enqueue_ns = 0
         self.failed = False
+        self.error: ServiceError | None = None  # the first error response (metrics: failure reason)
+        self.responded = False  # a response (not a bare final flag) was delivered
         self.finished = False
         self.worker: WorkerProcess | None = None
         self.level = 0  # priority level index (dynamic batcher)
@@ -91,8 +93,28 @@ class Scheduler(ABC):
         """Whether the scheduler can run requests now."""
         return True
 
+    def pending_count(self) -> int:
+        """Requests accepted but not yet handed to an instance (read by the metrics endpoint)."""
+        return 0
+
+    def executing_count(self) -> int:
+        """Requests handed to an instance and not yet done executing (read by the metrics endpoint)."""
+        return 0
+
     async def stop(self) -> None:  # noqa: B027 - optional
         """Stop timers and background tasks (the pool is stopped by its owner)."""
+
+
+def failure_reason(track: _Track) -> int:
+    """Why a tracked request failed, as nv_inference_request_failure's `reason` label (stats.FAILURE_REASONS)."""
+    error = track.error
+    if error is not None and error.code == ErrorCode.CANCELLED:
+        return CANCELED
+    if track.dispatch_ns:
+        return BACKEND  # it ran: the model, its worker or its backend failed it
+    if error is not None and error.message == "Request timeout expired":
+        return REJECTED
+    return OTHER
 
 
 def error_response(request: InferRequest, code: ErrorCode, message: str) -> InferResponse:
@@ -162,13 +184,21 @@ class InstanceScheduler(Scheduler):
         deliver = request.on_response
         stats = self.stats
         now_ns = self.clock.now_ns
+        first = stats.first_response_latency if stats.decoupled else None
 
         def on_response(response: InferResponse) -> None:
-            if response.error is not None:
+            if response.error is not None and not track.failed:
                 track.failed = True
+                track.error = response.error
+            if first is not None and not track.responded and not response.null:
+                track.responded = True
+                first.observe(now_ns() - request.arrival_ns)
             if response.final and not track.finished:
                 track.finished = True
-                stats.record_end(not track.failed, now_ns() - request.arrival_ns)
+                if track.failed:
+                    stats.record_end(False, now_ns() - request.arrival_ns, failure_reason(track))
+                else:
+                    stats.record_end(True, now_ns() - request.arrival_ns)
             if deliver is not None:
                 deliver(response)
 
@@ -245,6 +275,13 @@ class InstanceScheduler(Scheduler):
         while worker in self.idle:
             self.idle.remove(worker)
 
+    def executing_count(self) -> int:
+        return sum(len(batches[0]) for batches in self.running.values() if batches)
+
+    def handed_over_count(self) -> int:
+        """Requests handed to a busy instance (pipelined) that have not started: pending, not executing."""
+        return sum(len(batch) for batches in self.running.values() for batch in list(batches)[1:])
+
     def cancel_running(self, request: InferRequest) -> None:
         """Flag a running request as cancelled inside its worker."""
         track: Any = request.context
@@ -285,6 +322,9 @@ class DirectScheduler(InstanceScheduler):
                 return
         self.queue.append(request)
         self._pump()
+
+    def pending_count(self) -> int:
+        return len(self.queue) + self.handed_over_count()
 
     def _next_batch(self) -> list[InferRequest] | None:
         while self.queue:

@@ -121,6 +121,10 @@ class SequenceBatcher(InstanceScheduler):
         self._arm_reaper()
         self._pump()
 
+    def pending_count(self) -> int:
+        queued = sum(len(s.queue) for s in self.sequences.values()) + sum(len(s.queue) for s in self.backlog.values())
+        return queued + self.handed_over_count()
+
     def _assign(self, seq: _Sequence) -> bool:
         """Give `seq` a free slot (spreading sequences over instances); False when every slot is taken."""
         instances = list(self.instances.values())

@@ -195,6 +195,42 @@ class BlsRelease(msgspec.Struct, tag="blsrelease", array_like=True):
     offsets: list[int]
 
 
+class MetricCall(msgspec.Struct, tag="mcall", array_like=True, omit_defaults=True):
+    """A model's custom-metric request that needs an answer (pb_utils.MetricFamily / Metric / value()).
+
+    op: "family" (name, description, kind), "metric" (handle = family handle, labels, buckets) or "value"
+    (handle = metric handle). `ops` are the model's batched updates (MetricUpdate.ops), applied first.
+    """
+
+    id: int
+    op: str
+    handle: int = 0
+    name: str = ""
+    description: str = ""
+    kind: int = 0
+    labels: dict[str, str] = {}
+    buckets: list[float] | None = None
+    ops: list[tuple[int, int, float]] = []
+
+
+class MetricReply(msgspec.Struct, tag="mreply", array_like=True, omit_defaults=True):
+    """Answer to MetricCall `reply_to`: a handle, a value, or an error message."""
+
+    reply_to: int
+    handle: int = 0
+    value: float = 0.0
+    error: str = ""
+
+
+class MetricUpdate(msgspec.Struct, tag="mupd", array_like=True):
+    """Custom-metric updates batched by a model: (op, metric or family handle, value) triples."""
+
+    ops: list[tuple[int, int, float]]
+
+
+# MetricUpdate / MetricCall op codes
+METRIC_INCREMENT, METRIC_SET, METRIC_OBSERVE, METRIC_DELETE, METRIC_FAMILY_DELETE = 0, 1, 2, 3, 4
+
 Message = (
     Init
     | AutoComplete
@@ -211,6 +247,9 @@ Message = (
     | BlsResponse
     | BlsCancel
     | BlsRelease
+    | MetricCall
+    | MetricReply
+    | MetricUpdate
 )
 
 _encoder = msgspec.msgpack.Encoder()

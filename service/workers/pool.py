@@ -24,6 +24,7 @@ class InstancePool:
         self._restarts: set[asyncio.Task[None]] = set()
         self._failures: dict[str, int] = {}
         self._stopping = False
+        self.restarts = 0  # crashed instances restarted (metrics: trireme_instance_restarts)
 
     async def start(self) -> None:
         """Start every instance concurrently; on any failure stop the others and re-raise the first error."""
@@ -65,6 +66,7 @@ class InstancePool:
                 log.error("restart of model instance '%s' failed: %s", name, e)
                 continue
             self._failures[name] = 0
+            self.restarts += 1
             self.workers = [fresh if w is dead else w for w in self.workers]
             log.info("model instance '%s' restarted (pid %s)", name, fresh.pid)
             self.on_available(fresh)

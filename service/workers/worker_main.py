@@ -25,6 +25,8 @@ from service.workers import ipc
 from service.workers.backend import Backend, BackendContext, WorkerRequest, load_backend_class
 from service.workers.bls_client import BlsClient
 from service.workers.channel import OutputTooLarge, WorkerChannel
+from service.workers.metrics_client import ChannelMetricsSink
+from service.workers.pb_stub import metrics as pb_metrics
 
 log = logging.getLogger("trireme.worker")
 
@@ -72,6 +74,10 @@ class Worker:
         ]  # implicit state outputs are outputs too
         self.running = True
         self.bls = BlsClient(channel)  # pb_utils.runtime.bls: requests from this model to others
+        self.metrics = ChannelMetricsSink(channel)  # pb_utils.MetricFamily / Metric
+        pb_metrics.state.sink = self.metrics
+        # replies (metric calls, BLS) may be awaited from initialize(), before serve() starts
+        channel.on_message = self.on_message
 
     def start(self) -> None:
         """Map arenas, create and initialize the backend, and report Ready or Failed."""
@@ -139,6 +145,7 @@ class Worker:
             self.run_batch(self.executions.pop(0))
         if self.backend is not None:
             self.backend.finalize()
+        self.metrics.close()
 
     def run_batch(self, ex: ipc.Execute) -> None:
         """Materialize a batch, call the backend, report completion."""
@@ -204,6 +211,7 @@ class Worker:
                 if not req.closed and not req.deferred:
                     req.fail(ErrorCode.INTERNAL, "model returned no response for the request")
         self.bls.flush()
+        self.metrics.flush()
         done = ipc.ExecDone(ex.batch_id, t1 - t0, t2 - t1, 0)
         if not batch and skip:
             done.executed = False

@@ -69,6 +69,7 @@ def start_trireme(
     cmd = [
         sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
         "--http-address", "127.0.0.1", "--http-port", str(http_port or free_port()),
+        "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
         "--model-repository", str(repo), *extra_args,
     ]  # fmt: skip
     full_env = {**os.environ, **(env or {})}

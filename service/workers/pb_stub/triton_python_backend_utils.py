@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from service.workers.pb_stub.metrics import COUNTER, GAUGE, HISTOGRAM, Metric, MetricFamily  # noqa: F401 - pb_utils API
 from shm.tensor import serialize_bytes_array
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
@@ -549,7 +550,7 @@ class ResponseIterator:
             self._cancel()
 
 
-# ---- logging, metrics, model control -----------------------------------------------------------------
+# ---- logging, model control (metrics are in pb_stub/metrics.py) ---------------------------------------
 class Logger:
     """Model logging through the worker's log (reaches the server's output)."""
 
@@ -583,53 +584,6 @@ class Logger:
     def log_verbose(msg: str) -> None:
         """Log at VERBOSE."""
         _log.debug("%s", msg)
-
-
-class Metric:
-    """A metric value kept in the worker (exported once the metrics endpoint exists)."""
-
-    def __init__(self, kind: int, labels: dict[str, str] | None, buckets: list[float] | None) -> None:
-        self._kind = kind
-        self._value = 0.0
-        self.labels = dict(labels or {})
-        self.buckets = list(buckets or [])
-
-    def increment(self, value: float) -> None:
-        """Add to a counter or gauge."""
-        if self._kind == MetricFamily.COUNTER and value < 0:
-            raise TritonModelException("Counter metrics cannot be decremented")
-        self._value += value
-
-    def set(self, value: float) -> None:
-        """Set a gauge."""
-        if self._kind != MetricFamily.GAUGE:
-            raise TritonModelException("Only gauge metrics can be set")
-        self._value = value
-
-    def observe(self, value: float) -> None:
-        """Record a histogram observation (kept as a sum here)."""
-        self._value += value
-
-    def value(self) -> float:
-        """The current value."""
-        return self._value
-
-
-class MetricFamily:
-    """A named family of custom metrics."""
-
-    COUNTER = 0
-    GAUGE = 1
-    HISTOGRAM = 2
-
-    def __init__(self, name: str, description: str, kind: int) -> None:
-        self.name = name
-        self.description = description
-        self.kind = kind
-
-    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:
-        """A metric of this family with the given labels."""
-        return Metric(self.kind, labels, buckets)
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
