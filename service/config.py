@@ -91,6 +91,7 @@ class ServerConfig:
     allow_cpu_metrics: bool = True
     allow_gpu_metrics: bool = True
 
+
 # Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
 # real? Add it to build_parser and delete its entry here (a real flag of the same name already wins).
 IGNORED_TRITON_FLAGS: dict[str, str] = {
@@ -321,7 +322,11 @@ def _add_metrics(p: argparse.ArgumentParser) -> None:
         "--allow-metrics", type=parse_bool, default=True, metavar="BOOL", help="serve Prometheus metrics (true)"
     )
     p.add_argument(
-        "--metrics-port", type=int, default=8002, metavar="PORT", help="port of the metrics endpoint; 0 picks one (8002)"
+        "--metrics-port",
+        type=int,
+        default=8002,
+        metavar="PORT",
+        help="port of the metrics endpoint; 0 picks one (8002)",
     )
     p.add_argument(
         "--metrics-address",
@@ -345,10 +350,18 @@ def _add_metrics(p: argparse.ArgumentParser) -> None:
         "histogram_latencies (Triton's keys), trireme_histograms",
     )
     p.add_argument(
-        "--allow-cpu-metrics", type=parse_bool, default=True, metavar="BOOL", help="report CPU utilisation and memory (true)"
+        "--allow-cpu-metrics",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="report CPU utilisation and memory (true)",
     )
     p.add_argument(
-        "--allow-gpu-metrics", type=parse_bool, default=True, metavar="BOOL", help="report GPU gauges when a GPU is visible (true)"
+        "--allow-gpu-metrics",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="report GPU gauges when a GPU is visible (true)",
     )
 
 

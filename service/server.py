@@ -21,13 +21,13 @@ from service.core.metrics import CoreCollector, parse_metrics_config
 from service.core.repository import READY, ModelRepository, RepositoryOptions
 from service.core.schedulers import make_scheduler
 from service.core.shm_plan import plan_arenas
+from service.core.system_metrics import SystemSampler
 from service.core.trace_settings import parse_trace_config
 from service.core.tracer import Tracer
 from service.errors import ServiceError
 from service.examples import missing_example_lines
 from service.frontend.grpc_server import build_grpc_server
 from service.frontend.http_server import HttpFrontend, HttpOptions
-from service.core.system_metrics import SystemSampler
 from service.frontend.metrics_http import Collector, MetricsService
 from service.workers.arena import SEGMENT_PREFIX
 from shm.registry import SharedMemoryRegistry
@@ -189,6 +189,7 @@ class Server:
         )
         self.http = HttpFrontend(self.engine, options)
         return await self.http.start()
+
     async def _start_metrics(self) -> None:
         """The Prometheus endpoint (--metrics-port), on this event loop."""
         config = self.config
