@@ -141,8 +141,16 @@ class BlsClient:
             self.channel.send(ipc.BlsCancel(call_id))
 
     def _forget(self, call_id: int) -> None:
+        """The caller is done with the call (finished, or walked away from a cancelled iterator): replies it
+        did not read give their arena blocks back, and later replies do so as they arrive (on_response)."""
         with self._calls_lock:
-            self._calls.pop(call_id, None)
+            call = self._calls.pop(call_id, None)
+        if call is None:
+            return
+        with call.lock:
+            unread, call.replies = list(call.replies), deque()
+        for reply in unread:
+            self._release_outputs(reply)
 
     def _to_response(self, reply: ipc.BlsResponse) -> pb_utils.InferenceResponse:
         if reply.error_code >= 0:
