@@ -34,6 +34,13 @@ _DURATION_COUNTERS = (
     ("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does "
      "not include cached requests)", "compute_output"),
 )  # fmt: skip
+_CACHE_COUNTERS = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", "cache_hit", "count"),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model", "cache_miss", "count"),
+    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds", "cache_hit", "ns"),
+    ("nv_cache_miss_duration_per_model", "Total cache miss (insert+lookup) duration per model, in microseconds",
+     "cache_miss", "ns"),
+)  # fmt: skip
 _SUMMARIES = (
     ("nv_inference_request_summary_us", "Summary of inference request duration in microseconds (includes cached "
      "requests)", "request", "success"),
@@ -119,10 +126,13 @@ def bound_text(bound: float) -> str:
 class CoreCollector:
     """A prometheus_client Collector over every READY model version of the repository."""
 
-    def __init__(self, repository: ModelRepository, config: MetricsConfig, system: Any = None) -> None:
+    def __init__(
+        self, repository: ModelRepository, config: MetricsConfig, system: Any = None, cache_enabled: bool = False
+    ) -> None:
         self.repository = repository
         self.config = config
         self.system = system  # SystemSampler (CPU/GPU gauges) or None
+        self.cache_enabled = cache_enabled  # the server has a response cache (--cache-config)
 
     def versions(self) -> list[tuple[dict[str, str], ModelVersion]]:
         """(labels, model version) of every READY version, sorted by model name and version."""
@@ -171,6 +181,14 @@ class CoreCollector:
         if config.counter_latencies:
             for name, doc, attr in _DURATION_COUNTERS:
                 yield counter(name, doc, lambda s, a=attr: getattr(s, a).ns // 1000)  # type: ignore[misc]
+            cached = [(labels, mv) for labels, mv in versions if mv.config.response_cache.enable]
+            if self.cache_enabled and cached:
+                for name, doc, attr, field_name in _CACHE_COUNTERS:
+                    m = _metric(name, doc, "counter")
+                    for labels, mv in cached:
+                        value = getattr(getattr(mv.stats, attr), field_name)
+                        m.add_sample(name, labels, value // 1000 if field_name == "ns" else value)
+                    yield m
         pending = _metric(
             "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.",

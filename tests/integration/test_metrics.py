@@ -221,3 +221,20 @@ def test_allow_metrics_false_closes_the_port(tmp_path: Path, start_server: Any) 
     assert "Started Metrics Service" not in server.log()
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", server.metrics_port)) != 0
+
+
+def test_response_cache_counters(tmp_path: Path, start_server: Any) -> None:
+    repo = tmp_path / "repo"
+    write_model(repo, "cached", _config("cached", "response_cache { enable: true }"), HOLD_MODEL)
+    server = start_server([repo], ["--cache-config", "local,size=1048576"])
+    client = grpcclient.InferenceServerClient(server.url)
+    for _ in range(3):  # one miss, then two hits
+        client.infer("cached", [_fp32("IN", np.ones((1, 4), np.float32))])
+    client.close()
+    labels = {"model": "cached", "version": "1"}
+    m = scrape(server.metrics_url)
+    assert m.value("nv_cache_num_misses_per_model", **labels) == 1
+    assert m.value("nv_cache_num_hits_per_model", **labels) == 2
+    assert m.value("nv_inference_exec_count", **labels) == 1  # hits never reach the model
+    assert m.value("nv_inference_request_success", **labels) == 3
+    assert m.value("nv_cache_hit_duration_per_model", **labels) >= 0
