@@ -82,6 +82,8 @@ class ServerConfig:
     http_header_forward_pattern: str = ""
     reuse_http_port: bool = False
     trace_config: list[str] = field(default_factory=list)  # --trace-config entries, validated at parse time
+    repository_poll_secs: float = 15.0  # poll mode: seconds between repository scans
+    model_unload_timeout_secs: float = 30.0  # how long an unload waits for the model's in-flight requests
 
     allow_metrics: bool = True
     metrics_address: str = ""  # "" = the --http-address (Triton's default), else 0.0.0.0
@@ -109,7 +111,6 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--vertex-ai-port": "port of the Vertex AI endpoint",
     "--vertex-ai-thread-count": "threads of the Vertex AI endpoint",
     "--vertex-ai-default-model": "model that Vertex AI requests go to",
-    "--repository-poll-secs": "repository poll period in poll mode",
     "--model-load-thread-count": "threads that load models",
     "--model-load-retry-count": "retries of a failed model load",
     "--model-namespacing": "models of the same name in different repositories",
@@ -186,6 +187,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="with --model-control-mode=explicit: a model to load at start; repeatable; '*' loads all (none)",
+    )
+    p.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        default=15.0,
+        metavar="SECS",
+        help="with --model-control-mode=poll: seconds between scans of the model repositories for added, removed "
+        "and changed models; 0 disables polling (15)",
+    )
+    p.add_argument(
+        "--model-unload-timeout-secs",
+        type=float,
+        default=30.0,
+        metavar="SECS",
+        help="Trireme only: how long an unload (or a reload replacing a version) waits for requests already "
+        "accepted to finish; requests still running then fail (30)",
     )
     p.add_argument(
         "--exit-on-error",
@@ -445,6 +462,12 @@ def parse_args(argv: list[str]) -> ServerConfig:
         allow_cpu_metrics=args.allow_cpu_metrics,
         allow_gpu_metrics=args.allow_gpu_metrics,
     )
+    if config.load_models and config.model_control_mode != "explicit":
+        raise SystemExit("Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
+    if "*" in config.load_models and len(config.load_models) > 1:
+        raise SystemExit("Error: '--load-model=*' must be the only '--load-model' given.")
+    config.repository_poll_secs = args.repository_poll_secs
+    config.model_unload_timeout_secs = args.model_unload_timeout_secs
     check_restricted(config.grpc.restricted, "--grpc-restricted-protocol")
     check_restricted(config.http_restricted, "--http-restricted-api")
     if args.disable_auto_complete_config or args.strict_model_config is True:

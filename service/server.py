@@ -17,6 +17,7 @@ from service.core.admission import Admission
 from service.core.bls import BlsServer
 from service.core.custom_metrics import CustomMetrics
 from service.core.engine import Engine
+from service.core.poller import RepositoryPoller
 from service.core.metrics import CoreCollector, parse_metrics_config
 from service.core.repository import READY, ModelRepository, RepositoryOptions
 from service.core.schedulers import make_scheduler
@@ -89,6 +90,7 @@ class Server:
             model_config_name=config.model_config_name,
             log_verbose=config.log_verbose,
             arena_bytes=config.arena_bytes,
+            unload_timeout_s=config.model_unload_timeout_secs,
         )
         self.metrics_config = parse_metrics_config(config.metrics_config)
         options.summaries = config.allow_metrics and self.metrics_config.summary_latencies
@@ -119,6 +121,7 @@ class Server:
         self.grpc_server: grpc.aio.Server | None = None
         self.grpc_port = 0
         self.http: HttpFrontend | None = None
+        self.poller: RepositoryPoller | None = None
         self.metrics: MetricsService | None = None
         self.metrics_address = ""
         self._stop = asyncio.Event()
@@ -167,6 +170,12 @@ class Server:
         )
         await self.grpc_server.start()
         http_port = await self._start_http()
+        if self.config.model_control_mode == "poll":
+            if self.config.repository_poll_secs > 0:
+                self.poller = RepositoryPoller(self.repository, self.config.repository_poll_secs)
+                self.poller.start()
+            else:
+                log.warning("--repository-poll-secs is 0: the model repository is not polled")
         print(f"Started GRPCInferenceService at {self.config.grpc_address}:{self.grpc_port}", flush=True)
         if self.http is not None:
             print(f"Started HTTPService at {self.config.http_address}:{http_port}", flush=True)
@@ -216,6 +225,8 @@ class Server:
     async def stop(self) -> None:
         """Stop accepting, drain in-flight requests up to the exit timeout, stop workers, release shm."""
         self.engine.accepting = False
+        if self.poller is not None:
+            await self.poller.stop()
         stopping = []
         if self.grpc_server is not None:
             stopping.append(self.grpc_server.stop(grace=self.config.exit_timeout_secs))

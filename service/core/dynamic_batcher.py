@@ -15,7 +15,7 @@ from typing import Any
 
 from protos import model_config_pb2 as mc
 from service.core.queue_policy import PriorityQueues
-from service.core.scheduler import Clock, InstanceScheduler, TimerHandle
+from service.core.scheduler import UNLOADING_MESSAGE, Clock, InstanceScheduler, TimerHandle
 from service.core.stats import ModelStats
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, ResponseCallback
@@ -24,7 +24,6 @@ from service.workers.pool import InstancePool
 NOT_QUEUED, QUEUED, DELAYED = 0, 1, 2
 TIMEOUT_MESSAGE = "Request timeout expired"
 CANCELLED_MESSAGE = "request cancelled by the client"
-UNLOADING_MESSAGE = "model is being unloaded: request was still queued"
 
 
 class _OrderSlot:
@@ -66,7 +65,7 @@ class DynamicBatcher(InstanceScheduler):
         self._timer_at = 0
         self._wake_at = 0
         self._order: deque[_OrderSlot] = deque()
-        self._drained: asyncio.Future[None] | None = None
+        self._queue_drained: asyncio.Future[None] | None = None
 
     # ---- enqueue -----------------------------------------------------------------------------------------
     def enqueue(self, request: InferRequest) -> None:
@@ -110,8 +109,8 @@ class DynamicBatcher(InstanceScheduler):
             if not batch:
                 break
             self._dispatch(self.idle.popleft(), batch)
-        if self._drained is not None and not self.queues.size and not self._drained.done():
-            self._drained.set_result(None)
+        if self._queue_drained is not None and not self.queues.size and not self._queue_drained.done():
+            self._queue_drained.set_result(None)
         self._arm_timer()
 
     def _input_key(self, request: InferRequest) -> tuple[Any, ...]:
@@ -253,10 +252,10 @@ class DynamicBatcher(InstanceScheduler):
         """Send what is queued without waiting for the queue delay, then reject what is left."""
         self.delay_ns = 0
         if self.queues.size:
-            self._drained = asyncio.get_running_loop().create_future()
+            self._queue_drained = asyncio.get_running_loop().create_future()
             self._pump()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._drained), 30.0)
+                await asyncio.wait_for(asyncio.shield(self._queue_drained), 30.0)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -117,7 +117,11 @@ class Engine:
             )
 
     async def load_model(self, name: str, config_json: str = "") -> None:
-        """Load (or reload) a model in explicit mode; `config_json` overrides its config.pbtxt."""
+        """Load (or reload) a model in explicit mode; `config_json` overrides its config.pbtxt.
+
+        A reload keeps the serving version until the new one is READY; if the new one fails, the old one keeps
+        serving and the error is returned (and shown in the repository index).
+        """
         self._require_explicit()
         check_model_name(name)
         override = None
@@ -128,16 +132,20 @@ class Engine:
                 override = from_json(config_json)
             except ValueError as e:
                 raise ServiceError(ErrorCode.INVALID_ARG, f"failed to load '{name}': invalid 'config': {e}") from None
-        await self.repository.load(name, override)
-        entry = self.repository.models[name]
-        if entry.error:
-            raise ServiceError(ErrorCode.INVALID_ARG, f"failed to load '{name}', {entry.error}")
-        failed = [mv.reason for mv in entry.versions.values() if mv.state != READY]
-        if failed and not any(mv.state == READY for mv in entry.versions.values()):
-            raise ServiceError(ErrorCode.INVALID_ARG, f"failed to load '{name}', {failed[0]}")
+        config_error, errors = await self.repository.load(name, override)
+        if config_error:
+            raise ServiceError(ErrorCode.INVALID_ARG, f"failed to load '{name}', {config_error}")
+        if errors:
+            raise ServiceError(
+                ErrorCode.INVALID_ARG, f"load failed for model '{name}': " + "".join(f"{e};\n" for e in errors)
+            )
 
     async def unload_model(self, name: str) -> None:
-        """Unload every version of a model in explicit mode (requests already queued finish first)."""
+        """Unload every version of a model in explicit mode.
+
+        New requests are refused at once; requests already accepted finish (bounded by the unload timeout),
+        then the instances are finalized. Unloading a model that is not loaded succeeds, as in Triton.
+        """
         self._require_explicit()
         check_model_name(name)
         await self.repository.unload(name)

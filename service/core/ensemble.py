@@ -68,6 +68,7 @@ class EnsembleScheduler(Scheduler):
             for tensor in set(step.inputs.values()):
                 self.consumers.setdefault(tensor, []).append(step)
         self.runs: dict[InferRequest, _Run] = {}
+        self._drained: asyncio.Future[None] | None = None
 
     def _step_config(self, step: Step) -> Any:
         return self.engine.repository.get(step.model_name, step.model_version).config
@@ -98,6 +99,17 @@ class EnsembleScheduler(Scheduler):
             run.tensors[t.name] = {(): given.get(t.name)}  # None: an optional input the client left out
         self._advance(run, list(run.tensors), ())
         self._maybe_finish(run)
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait until every ensemble request in flight has finished (bounded by timeout_s)."""
+        if not self.runs:
+            return True
+        self._drained = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._drained), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     def cancel(self, request: InferRequest) -> None:
         run = self.runs.get(request)
@@ -250,6 +262,8 @@ class EnsembleScheduler(Scheduler):
             return
         run.done = True
         self.runs.pop(run.request, None)
+        if self._drained is not None and not self.runs and not self._drained.done():
+            self._drained.set_result(None)
         request = run.request
         error = run.error
         streamed = self.streams and not request.single_response

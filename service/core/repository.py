@@ -1,4 +1,11 @@
-"""The model repository: scan directories, load model versions (config, workers, scheduler), track states."""
+"""The model repository: scan directories, load, reload and unload model versions, track their states.
+
+A (re)load never takes a serving version down before its replacement is READY: new versions start, warm up and
+are swapped in at once; versions that leave are drained (requests already accepted finish there) and then
+finalized. A version whose files and config are unchanged is kept; one whose config differs only in its
+instance groups is updated in place (only the instances that differ start or stop). A reload that fails leaves
+the serving version in place and reports the error.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from protos import model_config_pb2 as mc
@@ -15,25 +23,22 @@ from service.core import model_config as cfg
 from service.core.autocomplete import run_auto_complete
 from service.core.ensemble import LoadBarrier
 from service.core.ensemble_graph import step_model_names
+from service.core.instances import instance_specs, update_instances, without_instances
+from service.core.poller import ModelFiles, snapshot
 from service.core.scheduler import Scheduler
 from service.core.stats import ModelStats
 from service.core.summaries import SummaryWindow
-from service.core.validation import ModelSignature, parse_version, tensor_spec
+from service.core.validation import ModelSignature, parse_version
+from service.core.versions import build_signature, numeric_versions, scan_repositories, select_versions
 from service.core.warmup import run_warmup
 from service.errors import ErrorCode, ServiceError
 from service.workers.backend import visible_gpu_count
 from service.workers.pool import InstancePool
-from service.workers.process import InstanceSpec
 
 log = logging.getLogger("trireme.repository")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-KIND_NAMES = {
-    mc.ModelInstanceGroup.KIND_CPU: "CPU",
-    mc.ModelInstanceGroup.KIND_GPU: "GPU",
-    mc.ModelInstanceGroup.KIND_MODEL: "MODEL",
-    mc.ModelInstanceGroup.KIND_AUTO: "AUTO",
-}
+UNLOADED = "unloaded"
 
 
 @dataclass(slots=True, eq=False)
@@ -50,6 +55,7 @@ class ModelVersion:
     pool: InstancePool | None = None
     scheduler: Scheduler | None = None
     stats: ModelStats = field(default_factory=ModelStats)
+    files: tuple[Any, ...] = ()  # the version folder's files when it was loaded (change detection)
 
     @property
     def decoupled(self) -> bool:
@@ -76,6 +82,9 @@ class ModelEntry:
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     error: str = ""  # a load error that happened before any version existed (config errors)
     state: str = ""  # "" = never loaded
+    seen: ModelFiles | None = None  # the files at the last load attempt (poll mode reloads when they change)
+    model_files: tuple[Any, ...] = ()  # files outside version folders (labels, ...) of the serving versions
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one load / unload of this model at a time
 
 
 @dataclass(slots=True)
@@ -87,78 +96,40 @@ class RepositoryOptions:
     gpu_count: int = field(default_factory=visible_gpu_count)  # KIND_AUTO -> KIND_GPU when > 0
     log_verbose: int = 0
     arena_bytes: int = 256 << 20
+    summaries: bool = False  # keep latency samples for Triton's summary metrics (--metrics-config)
+    unload_timeout_s: float = 30.0  # how long an unload (or a replaced version) waits for in-flight requests
     # called with every worker process started (BLS server: routes the worker's BLS messages)
     attach_worker: Callable[[Any], None] | None = None
-    summaries: bool = False  # keep latency samples for Triton's summary metrics (--metrics-config)
 
 
 SchedulerFactory = Callable[[ModelVersion, "InstancePool | None"], Scheduler]
 
 
-def numeric_versions(model_dir: str) -> list[int]:
-    """Version sub-directories: numeric names not starting with '0', ascending."""
-    out = []
-    for entry in os.listdir(model_dir):
-        if entry.isdigit() and not entry.startswith("0") and os.path.isdir(os.path.join(model_dir, entry)):
-            out.append(int(entry))
-    return sorted(out)
+@dataclass(slots=True)
+class _Plan:
+    """What one (re)load does to each version."""
 
-
-def select_versions(config: mc.ModelConfig, available: list[int]) -> list[int]:
-    """Apply version_policy to the available versions."""
-    policy = config.version_policy.WhichOneof("policy_choice")
-    if policy == "all":
-        return available
-    if policy == "specific":
-        return [v for v in config.version_policy.specific.versions if v in available]
-    n = max(1, config.version_policy.latest.num_versions)
-    return available[-n:]
-
-
-def build_signature(config: mc.ModelConfig) -> ModelSignature:
-    """What requests are validated against."""
-
-    def dims(t: Any) -> list[int]:
-        return list(t.dims)
-
-    inputs = {t.name: tensor_spec(t.name, mc.DataType.Name(t.data_type), dims(t), t.optional) for t in config.input}
-    outputs = {t.name: tensor_spec(t.name, mc.DataType.Name(t.data_type), dims(t)) for t in config.output}
-    required = tuple(t.name for t in config.input if not t.optional)
-    internal = frozenset(
-        [c.name for c in config.sequence_batching.control_input]
-        + [s.input_name for s in config.sequence_batching.state]
-    )
-    return ModelSignature(config.name, config.max_batch_size, inputs, outputs, required, internal)
+    config: mc.ModelConfig
+    keep: dict[int, ModelVersion] = field(default_factory=dict)  # unchanged, serving
+    update: dict[int, ModelVersion] = field(default_factory=dict)  # serving; only instance groups change
+    start: list[int] = field(default_factory=list)  # new versions, or changed ones (replaced once READY)
+    leave: list[ModelVersion] = field(default_factory=list)  # serving versions the policy no longer selects
 
 
 class ModelRepository:
-    """Owns every model entry; loads and unloads versions."""
+    """Owns every model entry; loads, reloads and unloads versions."""
 
     def __init__(self, paths: list[str], options: RepositoryOptions, scheduler_factory: SchedulerFactory) -> None:
         self.paths = paths
         self.options = options
         self.scheduler_factory = scheduler_factory
         self.models: dict[str, ModelEntry] = {}
-        self._lock = asyncio.Lock()
         self.load_barrier = LoadBarrier()  # ensembles load after the models their steps use
+        self._leaving: set[ModelVersion] = set()  # versions out of routing, draining (stopped by stop() too)
 
     def scan(self) -> dict[str, str]:
-        """Model name -> model directory across all repositories (names must be unique)."""
-        found: dict[str, str] = {}
-        for root in self.paths:
-            if not os.path.isdir(root):
-                raise ServiceError(ErrorCode.INVALID_ARG, f"model repository path '{root}' is not a directory")
-            for name in sorted(os.listdir(root)):
-                path = os.path.join(root, name)
-                if not os.path.isdir(path) or name.startswith("."):
-                    continue
-                if name in found:
-                    raise ServiceError(
-                        ErrorCode.INVALID_ARG,
-                        f"model '{name}' appears in two repositories: '{found[name]}' and '{path}'",
-                    )
-                found[name] = path
-        return found
+        """Model name -> model directory across all repositories (blocking)."""
+        return scan_repositories(self.paths)
 
     async def load_all(self, only: list[str] | None = None) -> None:
         """Scan and load every model (or only the named ones), concurrently."""
@@ -168,36 +139,174 @@ class ModelRepository:
         names = [n for n in found if only is None or n in only]
         await asyncio.gather(*(self.load(n) for n in names))
 
-    async def load(self, name: str, config_override: mc.ModelConfig | None = None) -> None:
-        """(Re)load a model's versions; failures are recorded in the entry (RepositoryIndex shows them)."""
+    # ---- load / reload ----------------------------------------------------------------------------------
+    async def load(
+        self, name: str, config_override: mc.ModelConfig | None = None, found_path: str = ""
+    ) -> tuple[str, list[str]]:
+        """(Re)load a model: returns (config error, version errors), "" and [] when it all went well.
+
+        Errors are also logged and recorded for RepositoryIndex.
+
+        Versions that serve keep serving until their replacement is READY, and keep serving if it fails.
+        """
         entry = self.models.get(name)
         if entry is None:
-            found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
-            if name not in found:
-                raise ServiceError(
-                    ErrorCode.NOT_FOUND, f"failed to load '{name}', failed to poll from model repository"
-                )
-            entry = self.models[name] = ModelEntry(name, found[name])
-        old = dict(entry.versions)
-        entry.state = LOADING
+            if not found_path:
+                found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
+                if name not in found:
+                    raise ServiceError(
+                        ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
+                    )
+                found_path = found[name]
+            entry = self.models.setdefault(name, ModelEntry(name, found_path))
+        async with entry.lock:
+            try:
+                return await self._load_locked(entry, config_override)
+            finally:
+                self.load_barrier.notify()
+
+    async def _load_locked(self, entry: ModelEntry, override: mc.ModelConfig | None) -> tuple[str, list[str]]:
+        loop = asyncio.get_running_loop()
+        files = await loop.run_in_executor(None, snapshot, entry.model_dir)
+        entry.seen = files
+        serving = {v: mv for v, mv in entry.versions.items() if mv.state == READY}
+        if not serving:
+            entry.state = LOADING
         try:
-            config, versions = await self._prepare_config(entry, config_override)
+            config, chosen = await self._prepare_config(entry, override)
         except ServiceError as e:
-            entry.error, entry.state = e.message, UNAVAILABLE
-            log.error("failed to load model '%s': %s", name, e.message)
-            self.load_barrier.notify()
-            return
+            log.error("failed to load '%s': %s", entry.name, e.message)
+            if serving:  # the serving versions stay; the error shows on them
+                entry.state = READY
+                for mv in serving.values():
+                    mv.reason = f"reload failed, still serving the previous version: {e.message}"
+            else:
+                entry.error, entry.state = e.message, UNAVAILABLE
+            return e.message, []
         entry.error = ""
         if config.platform == "ensemble":
             await self.load_barrier.wait(
-                name, step_model_names(config), lambda n: n in self.models and self.models[n].state == LOADING
+                entry.name,
+                step_model_names(config),
+                lambda n: n in self.models and self.models[n].state == LOADING,
             )
-        loaded = await asyncio.gather(*(self._load_version(entry, config, v) for v in versions))
-        entry.versions = {mv.version: mv for mv in loaded}
-        entry.state = READY if any(mv.state == READY for mv in loaded) else UNAVAILABLE
+        plan = self._plan(entry, config, chosen, serving, files)
+        for v in plan.start:
+            if v not in serving:  # a new version shows LOADING while it starts
+                entry.versions[v] = ModelVersion(entry.name, v, entry.model_dir, config)
+        started = await asyncio.gather(*(self._start_version(entry, config, v, files) for v in plan.start))
+        updated = await asyncio.gather(
+            *(
+                update_instances(mv, config, partial(self._instance_specs, mv, config), self.options.unload_timeout_s)
+                for mv in plan.update.values()
+            )
+        )
+        errors = [e for e in updated if e]
+        # the switch: one assignment, so a request sees either the old set of versions or the new one
+        versions = {v: mv for v, mv in entry.versions.items() if v not in chosen and mv.state != READY}
+        versions.update(plan.keep)
+        versions.update(plan.update)
+        for mv in [*plan.keep.values(), *plan.update.values()]:
+            if not mv.reason.startswith("update failed"):
+                mv.reason = ""
+        replaced = []
+        for mv in started:
+            old = serving.get(mv.version)
+            if mv.state == READY:
+                versions[mv.version] = mv
+                if old is not None:
+                    replaced.append(old)
+            else:
+                errors.append(f"version {mv.version} is at UNAVAILABLE state: {mv.reason}")
+                if old is not None:
+                    old.reason = f"reload failed, still serving the previous version: {mv.reason}"
+                versions[mv.version] = old if old is not None else mv
+        for mv in plan.leave:
+            mv.state = UNLOADING
+            versions[mv.version] = mv
+        for mv in replaced:
+            mv.state = UNLOADING
+        entry.versions = dict(sorted(versions.items()))
+        entry.model_files = files.model_level
+        entry.state = READY if any(mv.state == READY for mv in versions.values()) else UNAVAILABLE
         self.load_barrier.notify()
-        for mv in old.values():
-            await self._stop_version(mv)
+        if not errors:
+            log.info("successfully loaded '%s'", entry.name)
+        await asyncio.gather(*(self._retire(mv) for mv in [*replaced, *plan.leave]))
+        return "", errors
+
+    def _plan(
+        self,
+        entry: ModelEntry,
+        config: mc.ModelConfig,
+        chosen: list[int],
+        serving: dict[int, ModelVersion],
+        files: ModelFiles,
+    ) -> _Plan:
+        plan = _Plan(config)
+        base = without_instances(config)
+        for v in chosen:
+            cur = serving.get(v)
+            if (
+                cur is None
+                or cur.files != files.versions.get(v, ())
+                or entry.model_files != files.model_level
+                or without_instances(cur.config) != base
+            ):
+                plan.start.append(v)
+            elif list(cur.config.instance_group) == list(config.instance_group) or cur.pool is None:
+                plan.keep[v] = cur
+                cur.config = config  # e.g. a new version policy
+            elif config.HasField("sequence_batching"):
+                plan.start.append(v)  # sequences are pinned to instances: a new version rather than an update
+            else:
+                plan.update[v] = cur
+        plan.leave = [mv for v, mv in serving.items() if v not in chosen]
+        return plan
+
+    async def _start_version(
+        self, entry: ModelEntry, config: mc.ModelConfig, version: int, files: ModelFiles
+    ) -> ModelVersion:
+        log.info("loading: %s:%d", entry.name, version)
+        mv = ModelVersion(entry.name, version, entry.model_dir, config, files=files.versions.get(version, ()))
+        mv.signature = build_signature(config)
+        mv.stats.decoupled = mv.decoupled
+        if self.options.summaries:
+            mv.stats.summaries = SummaryWindow()
+        started = time.monotonic()
+        try:
+            pool = None
+            if config.platform != "ensemble":
+                pool = InstancePool(self._instance_specs(mv, config))
+                await pool.start()
+                if config.model_warmup:
+                    try:
+                        await run_warmup(config, mv.model_dir, str(version), pool)
+                    except BaseException:
+                        await pool.stop()
+                        raise
+            mv.pool = pool
+            try:
+                mv.scheduler = self.scheduler_factory(mv, pool)
+            except BaseException:
+                if pool is not None:
+                    await pool.stop()
+                raise
+            mv.state = READY
+            mv.stats.load_duration_s = time.monotonic() - started
+        except ServiceError as e:
+            mv.state, mv.reason = UNAVAILABLE, e.message
+            log.error("failed to load '%s' version %d: %s", entry.name, version, e.message)
+        except Exception as e:
+            mv.state, mv.reason = UNAVAILABLE, f"{type(e).__name__}: {e}"
+            log.exception("failed to load '%s' version %d", entry.name, version)
+        return mv
+
+    def _instance_specs(self, mv: ModelVersion, config: mc.ModelConfig) -> list[Any]:
+        o = self.options
+        return instance_specs(
+            config, mv.name, mv.version, mv.model_dir, o.gpu_count, o.arena_bytes, o.log_verbose, o.attach_worker
+        )
 
     async def _prepare_config(
         self, entry: ModelEntry, override: mc.ModelConfig | None
@@ -226,109 +335,66 @@ class ModelRepository:
             raise cfg.config_error(path, f"no version is available for model '{entry.name}' under its version policy")
         return config, chosen
 
-    async def _load_version(self, entry: ModelEntry, config: mc.ModelConfig, version: int) -> ModelVersion:
-        mv = ModelVersion(entry.name, version, entry.model_dir, config)
-        mv.signature = build_signature(config)
-        mv.stats.decoupled = mv.decoupled
-        if self.options.summaries:
-            mv.stats.summaries = SummaryWindow()
-        started = time.monotonic()
-        try:
-            pool = None
-            if config.platform != "ensemble":
-                pool = InstancePool(self._instance_specs(mv))
-                await pool.start()
-                if config.model_warmup:
-                    try:
-                        await run_warmup(config, mv.model_dir, str(version), pool)
-                    except BaseException:
-                        await pool.stop()
-                        raise
-            mv.pool = pool
-            mv.scheduler = self.scheduler_factory(mv, pool)
-            mv.state = READY
-            mv.stats.load_duration_s = time.monotonic() - started
-            log.info("loaded model '%s' version %d", entry.name, version)
-        except ServiceError as e:
-            mv.state, mv.reason = UNAVAILABLE, e.message
-            log.error("failed to load model '%s' version %d: %s", entry.name, version, e.message)
-        except Exception as e:
-            mv.state, mv.reason = UNAVAILABLE, f"{type(e).__name__}: {e}"
-            log.exception("failed to load model '%s' version %d", entry.name, version)
-        return mv
-
-    def _instance_specs(self, mv: ModelVersion) -> list[InstanceSpec]:
-        config = mv.config
-        config_json = cfg.to_json(config)
-        specs = []
-        for group in config.instance_group:
-            kind = KIND_NAMES.get(group.kind, "CPU")
-            if kind == "GPU" and not group.gpus:
-                raise ServiceError(
-                    ErrorCode.INVALID_ARG,
-                    f"instance group {group.name} of model {mv.name} has kind KIND_GPU but no GPUs are available",
-                )
-            for gpu in group.gpus if kind == "GPU" else []:
-                if not 0 <= gpu < self.options.gpu_count:
-                    raise ServiceError(
-                        ErrorCode.INVALID_ARG,
-                        f"instance group {group.name} of model {mv.name} specifies invalid or unsupported gpu id "
-                        f"{gpu}. GPUs with at least the minimum required CUDA compute compatibility of 6.0 are: "
-                        + ", ".join(str(g) for g in range(self.options.gpu_count)),
-                    )
-            if kind in ("CPU", "MODEL") and group.gpus:
-                raise ServiceError(
-                    ErrorCode.INVALID_ARG,
-                    f"instance group {group.name} of model {mv.name} has kind KIND_{kind} but specifies one or "
-                    "more GPUs",
-                )
-            devices = list(group.gpus) if kind == "GPU" else [0]
-            for device in devices:
-                for k in range(group.count):
-                    specs.append(
-                        InstanceSpec(
-                            backend=config.backend,
-                            model_name=mv.name,
-                            model_version=str(mv.version),
-                            model_dir=mv.model_dir,
-                            version_dir=os.path.join(mv.model_dir, str(mv.version)),
-                            config_json=config_json,
-                            instance_name=f"{group.name}_{k}" if kind != "GPU" else f"{group.name}_{device}_{k}",
-                            instance_kind=kind,
-                            device_id=device,
-                            arena_bytes=self.options.arena_bytes,
-                            log_verbose=self.options.log_verbose,
-                            attach=self.options.attach_worker,
-                        )
-                    )
-        return specs
-
+    # ---- unload ---------------------------------------------------------------------------------------------
     async def unload(self, name: str) -> None:
-        """Unload every version of a model (in-flight requests finish first)."""
-        entry = self.models.get(name)
-        if entry is None or not entry.versions:
-            raise ServiceError(ErrorCode.INVALID_ARG, f"failed to unload '{name}', model has not been served")
-        versions, entry.versions = entry.versions, {}
-        entry.state = UNAVAILABLE
-        for mv in versions.values():
-            mv.state = UNLOADING
-            await self._stop_version(mv)
-        entry.versions = {
-            v: ModelVersion(name, v, entry.model_dir, mv.config, UNAVAILABLE, "unloaded") for v, mv in versions.items()
-        }
+        """Unload every version of a model: new requests are refused at once, in-flight ones finish first.
 
-    async def _stop_version(self, mv: ModelVersion) -> None:
+        Unloading a model that is not loaded (or not known) does nothing, as in Triton.
+        """
+        entry = self.models.get(name)
+        if entry is None:
+            return
+        async with entry.lock:
+            leaving = [mv for mv in entry.versions.values() if mv.state == READY]
+            for mv in leaving:
+                mv.state = UNLOADING
+            entry.state = UNLOADING if leaving else entry.state
+            await asyncio.gather(*(self._retire(mv) for mv in leaving))
+            for mv in entry.versions.values():
+                mv.state, mv.reason = UNAVAILABLE, UNLOADED
+            entry.state = UNAVAILABLE if entry.versions else ""
+            entry.seen = None
+
+    async def remove(self, name: str) -> None:
+        """The model's directory is gone (poll mode): unload it and forget it."""
+        await self.unload(name)
+        entry = self.models.get(name)
+        if entry is not None and not entry.lock.locked():
+            del self.models[name]
+
+    async def _retire(self, mv: ModelVersion) -> None:
+        """Drain a version that is out of routing (bounded by the unload timeout), then finalize its instances."""
+        self._leaving.add(mv)
+        timeout = self.options.unload_timeout_s
+        try:
+            if mv.scheduler is not None and not await mv.scheduler.drain(timeout):
+                log.warning(
+                    "'%s' version %d still had requests in flight after %.0f s; stopping it anyway",
+                    mv.name,
+                    mv.version,
+                    timeout,
+                )
+            await self._stop_version(
+                mv,
+                f"model '{mv.name}' version {mv.version} was unloaded before the request finished "
+                f"(unload timeout {timeout:g} s)",
+            )
+        finally:
+            self._leaving.discard(mv)
+        if mv.state == UNLOADING:
+            mv.state, mv.reason = UNAVAILABLE, UNLOADED
+        log.info("successfully unloaded '%s' version %d", mv.name, mv.version)
+
+    async def _stop_version(self, mv: ModelVersion, reason: str = "") -> None:
         if mv.scheduler is not None:
             await mv.scheduler.stop()
         if mv.pool is not None:
-            await mv.pool.stop()
+            await mv.pool.stop(reason=reason)
 
     async def stop(self) -> None:
         """Unload everything."""
-        await asyncio.gather(
-            *(self._stop_version(mv) for e in self.models.values() for mv in e.versions.values()),
-            return_exceptions=True,
-        )
+        mvs = {mv for e in self.models.values() for mv in e.versions.values()} | self._leaving
+        await asyncio.gather(*(self._stop_version(mv) for mv in mvs), return_exceptions=True)
 
     # ---- lookup -----------------------------------------------------------------------------------------
     def get(self, name: str, version: str = "") -> ModelVersion:
@@ -349,5 +415,5 @@ class ModelRepository:
             return mv
         ready = [mv for mv in entry.versions.values() if mv.state == READY]
         if not ready:
-            raise ServiceError(ErrorCode.UNAVAILABLE, f"Request for unknown model: '{name}' has no available versions")
+            raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' has no available versions")
         return max(ready, key=lambda mv: mv.version)

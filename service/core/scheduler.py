@@ -104,6 +104,13 @@ class Scheduler(ABC):
     async def stop(self) -> None:  # noqa: B027 - optional
         """Stop timers and background tasks (the pool is stopped by its owner)."""
 
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait until every request accepted so far has had its final response; False on timeout.
+
+        Called once the version is out of routing (no new requests arrive), before `stop`.
+        """
+        return True
+
 
 def failure_reason(track: _Track) -> int:
     """Why a tracked request failed, as nv_inference_request_failure's `reason` label (stats.FAILURE_REASONS)."""
@@ -115,6 +122,9 @@ def failure_reason(track: _Track) -> int:
     if error is not None and error.message == "Request timeout expired":
         return REJECTED
     return OTHER
+
+
+UNLOADING_MESSAGE = "model is being unloaded: request was still queued"
 
 
 def error_response(request: InferRequest, code: ErrorCode, message: str) -> InferResponse:
@@ -141,6 +151,8 @@ class InstanceScheduler(Scheduler):
         self.stats = stats
         self.idle: deque[WorkerProcess] = deque(w for _ in range(self.depth) for w in pool.workers)
         self.running: dict[WorkerProcess, deque[list[InferRequest]]] = {}
+        self.outstanding = 0  # requests tracked and not yet answered finally (what drain() waits for)
+        self._drained: asyncio.Future[None] | None = None
         pool.on_available = self._on_available
         pool.on_lost = self._on_lost
         self.clock: Clock = clock if clock is not None else LoopClock(asyncio.get_running_loop())
@@ -184,6 +196,7 @@ class InstanceScheduler(Scheduler):
         deliver = request.on_response
         stats = self.stats
         now_ns = self.clock.now_ns
+        self.outstanding += 1
         first = stats.first_response_latency if stats.decoupled else None
 
         def on_response(response: InferResponse) -> None:
@@ -195,6 +208,10 @@ class InstanceScheduler(Scheduler):
                 first.observe(now_ns() - request.arrival_ns)
             if response.final and not track.finished:
                 track.finished = True
+                self.outstanding -= 1
+                if self._drained is not None and not self.outstanding:
+                    self._drained.set_result(None)
+                    self._drained = None
                 if track.failed:
                     stats.record_end(False, now_ns() - request.arrival_ns, failure_reason(track))
                 else:
@@ -203,6 +220,27 @@ class InstanceScheduler(Scheduler):
                 deliver(response)
 
         request.on_response = on_response
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait until every tracked request has its final response (bounded by timeout_s)."""
+        if not self.outstanding:
+            return True
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._drained), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    # ---- instance updates -------------------------------------------------------------------------------
+    def add_worker(self, worker: WorkerProcess) -> None:
+        """A new instance joins (instance-count update): it takes work at once."""
+        self._on_available(worker)
+
+    def remove_worker(self, worker: WorkerProcess) -> None:
+        """An instance leaves (instance-count update): it gets no new batch; what it runs finishes."""
+        self._on_lost(worker)
 
     def reject(self, request: InferRequest, code: ErrorCode, message: str) -> None:
         """Answer a queued request with an error (timeouts, cancellation)."""
@@ -332,6 +370,12 @@ class DirectScheduler(InstanceScheduler):
             if not req.cancelled:
                 return [req]
         return None
+
+    async def stop(self) -> None:
+        """Answer what is still queued (the version is being unloaded and its instances are stopping)."""
+        queued, self.queue = self.queue, deque()
+        for req in queued:
+            self.reject(req, ErrorCode.UNAVAILABLE, UNLOADING_MESSAGE)
 
     def cancel(self, request: InferRequest) -> None:
         if request in self.queue:

@@ -23,8 +23,8 @@ class InstancePool:
         self.on_lost: Callable[[WorkerProcess], None] = lambda w: None
         self._restarts: set[asyncio.Task[None]] = set()
         self._failures: dict[str, int] = {}
-        self._stopping = False
         self.restarts = 0  # crashed instances restarted (metrics: trireme_instance_restarts)
+        self._stopping = False
 
     async def start(self) -> None:
         """Start every instance concurrently; on any failure stop the others and re-raise the first error."""
@@ -35,6 +35,34 @@ class InstancePool:
             await asyncio.gather(*(w.stop(1.0) for w in workers), return_exceptions=True)
             raise errors[0]
         self.workers = workers
+
+    async def add(self, specs: list[InstanceSpec]) -> list[WorkerProcess]:
+        """Start more instances (an instance-count update); on any failure none is added and the error raised.
+
+        The caller hands the new workers to its scheduler; existing instances are untouched.
+        """
+        workers = [WorkerProcess(spec, self._on_exit) for spec in specs]
+        results = await asyncio.gather(*(w.start() for w in workers), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await asyncio.gather(*(w.stop(1.0) for w in workers), return_exceptions=True)
+            raise errors[0]
+        self.specs = self.specs + specs
+        self.workers = self.workers + workers
+        return workers
+
+    async def remove(self, workers: list[WorkerProcess], reason: str, timeout_s: float) -> None:
+        """Take instances out (an instance-count update): they get no new work, finish what they run, finalize.
+
+        The caller has already told its scheduler (`remove_worker`), so nothing new reaches them.
+        """
+        for w in workers:
+            w.retire(reason)
+        gone = {id(w) for w in workers}
+        self.workers = [w for w in self.workers if id(w) not in gone]
+        self.specs = [s for s in self.specs if all(s is not w.spec for w in workers)]
+        await asyncio.gather(*(w.wait_idle(timeout_s) for w in workers))
+        await asyncio.gather(*(w.stop(timeout_s) for w in workers), return_exceptions=True)
 
     @property
     def ready(self) -> bool:
@@ -66,15 +94,24 @@ class InstancePool:
                 log.error("restart of model instance '%s' failed: %s", name, e)
                 continue
             self._failures[name] = 0
-            self.restarts += 1
+            if all(w is not dead for w in self.workers):  # removed by an instance update meanwhile
+                await fresh.stop(1.0)
+                return
             self.workers = [fresh if w is dead else w for w in self.workers]
+            self.restarts += 1
             log.info("model instance '%s' restarted (pid %s)", name, fresh.pid)
             self.on_available(fresh)
             return
 
-    async def stop(self, timeout_s: float = 10.0) -> None:
-        """Finalize and stop every instance (and any restart in progress)."""
+    async def stop(self, timeout_s: float = 10.0, reason: str = "") -> None:
+        """Finalize and stop every instance (and any restart in progress).
+
+        Requests still running when an instance goes fail with `reason` (e.g. the unload timeout passed).
+        """
         self._stopping = True
+        if reason:
+            for w in self.workers:
+                w.retire(reason)
         for task in list(self._restarts):
             task.cancel()
         await asyncio.gather(*self._restarts, return_exceptions=True)

@@ -132,6 +132,8 @@ class WorkerProcess:
         self.batches: dict[int, tuple[list[int], DoneCallback]] = {}
         self._startup: asyncio.Future[Any] | None = None
         self._closed = asyncio.get_running_loop().create_future()
+        self._idle: asyncio.Future[None] | None = None  # set by wait_idle(): resolved when nothing is in flight
+        self.retired = ""  # why the instance takes no new work (unload, instance update); "" while serving
         self.uses_bls = False  # set once the instance made a BLS call (the scheduler stops pipelining to it)
         self.bytes_copied = 0  # input payload bytes copied to this worker, arena or inline (zero-copy accounting)
         self.message_handlers: dict[type, Callable[[Any], None]] = {}
@@ -237,6 +239,32 @@ class WorkerProcess:
                 arena.close()
         self.in_arena = self.out_arena = None
 
+    def retire(self, reason: str) -> None:
+        """Take no new batches from now on (the instance is being removed); in-flight work still completes.
+
+        A retired worker is not restarted if it dies, and requests it still holds when it is stopped fail
+        with `reason` rather than a crash message.
+        """
+        self.retired = reason
+        self.alive = False
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no request or batch is in flight on this worker; False on timeout."""
+        if not self.inflight and not self.batches:
+            return True
+        loop = asyncio.get_running_loop()
+        if self._idle is None or self._idle.done():
+            self._idle = loop.create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._idle), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def _check_idle(self) -> None:
+        if self._idle is not None and not self.inflight and not self.batches and not self._idle.done():
+            self._idle.set_result(None)
+
     @property
     def pid(self) -> int | None:
         """The worker's process id."""
@@ -331,6 +359,8 @@ class WorkerProcess:
             _rids, on_done = self.batches.pop(message.batch_id, ([], None))
             if on_done is not None:
                 on_done(self, message)
+            if self._idle is not None:
+                self._check_idle()
         elif isinstance(message, ipc.Ready | ipc.Failed):
             if self._startup is not None and not self._startup.done():
                 self._startup.set_result(message)
@@ -364,6 +394,8 @@ class WorkerProcess:
             resp.outputs = self._outputs(msg.outputs)
         if req.on_response is not None:
             req.on_response(resp)
+        if self._idle is not None and msg.final:
+            self._check_idle()
 
     def _outputs(self, tensors: list[ipc.TensorMsg]) -> list[OutputTensor]:
         out = []
@@ -408,7 +440,8 @@ class WorkerProcess:
                 code = None
         error = ServiceError(
             ErrorCode.UNAVAILABLE,
-            f"Stub process '{self.spec.instance_name}' is not healthy: it exited while running the request"
+            self.retired
+            or f"Stub process '{self.spec.instance_name}' is not healthy: it exited while running the request"
             + (f" (exit status {code})" if code is not None else "")
             + "; the instance is being restarted",
         )
@@ -421,5 +454,6 @@ class WorkerProcess:
         batches, self.batches = self.batches, {}
         for _rids, on_done in batches.values():
             on_done(self, None)
+        self._check_idle()
         if was_alive and self.on_exit is not None:
             self.on_exit(self)

@@ -45,13 +45,15 @@ def test_explicit_load_and_unload(tmp_path: Path, start_server) -> None:  # type
     assert not client.is_model_ready("identity_fp32")
     with pytest.raises(InferenceServerException) as info:
         _identity(client)
-    assert info.value.status() == "StatusCode.UNAVAILABLE"
+    assert info.value.status() == "StatusCode.NOT_FOUND"  # as Triton: "... has no available versions"
+    assert "has no available versions" in info.value.message()
     rows = [m for m in client.get_model_repository_index().models if m.name == "identity_fp32"]
     assert rows[0].state == "UNAVAILABLE" and rows[0].reason == "unloaded"
 
     with pytest.raises(InferenceServerException) as info:
         client.load_model("no_such_model")
-    assert info.value.status() == "StatusCode.NOT_FOUND"
+    assert info.value.status() == "StatusCode.INTERNAL"  # Triton's code and message
+    assert "failed to poll from model repository" in info.value.message()
     with pytest.raises(InferenceServerException) as info:
         client.load_model("add_sub", config="{not json")
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"

@@ -1,0 +1,176 @@
+"""Model changes under a steady load of unary and streaming clients: no request fails or is lost, and requests
+sent after a reload returns see the new model. Explicit reload with a changed config, poll-mode change of
+model.py, a new version folder under `latest { num_versions: 1 }`, instance count 1 -> 3 -> 1, broken reloads.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.steady_load import Outcome, SteadyLoad, tagged_config, tagged_model
+
+MODEL = "tagged"
+
+
+def _write(repo: Path, tag: float = 1, count: int = 1, param_tag: float = 0, version: int = 1, extra: str = "") -> None:
+    (repo / MODEL / str(version)).mkdir(parents=True, exist_ok=True)
+    (repo / MODEL / "config.pbtxt").write_text(tagged_config(MODEL, count, param_tag, extra))
+    (repo / MODEL / str(version) / "model.py").write_text(tagged_model(tag))
+
+
+def _check_clean(load: SteadyLoad, outcomes: list[Outcome]) -> None:
+    assert not load.failures(), load.failures()[:3]
+    assert load.lost() == 0
+    assert any(o.stream for o in outcomes) and any(not o.stream for o in outcomes)
+
+
+def _tags_after(outcomes: list[Outcome], t: float) -> set[float]:
+    return {o.value[0] for o in outcomes if o.value is not None and o.sent > t}
+
+
+def _wait_for_tag(load: SteadyLoad, tag: float, timeout_s: float = 60) -> float:
+    """Poll mode: wait until a response carries `tag`; returns when that first response arrived."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        load.wait_answers(1)
+        done = [o.done for o in list(load.outcomes) if o.value is not None and o.value[0] == tag]
+        if done:
+            return min(done)
+    raise TimeoutError(f"no response with tag {tag} after {timeout_s} s")
+
+
+@pytest.fixture
+def explicit(tmp_path: Path, start_server: Any) -> Any:
+    repo = tmp_path / "repo"
+    _write(repo)
+    return repo, start_server([repo], ["--model-control-mode=explicit", f"--load-model={MODEL}"])
+
+
+def test_explicit_reload_with_changed_config(explicit: Any) -> None:
+    repo, server = explicit
+    client = grpcclient.InferenceServerClient(server.url)
+    load = SteadyLoad(server.url, MODEL).start()
+    load.wait_answers(20)
+    (repo / MODEL / "config.pbtxt").write_text(tagged_config(MODEL, param_tag=10))
+    client.load_model(MODEL)
+    returned = time.monotonic()
+    load.wait_answers(20)
+    outcomes = load.stop()
+    _check_clean(load, outcomes)
+    assert _tags_after(outcomes, returned) == {11.0}
+    assert {o.value[0] for o in outcomes if o.value is not None} == {1.0, 11.0}
+    assert client.get_model_config(MODEL).config.parameters["tag"].string_value == "10"
+    client.close()
+
+
+def test_instance_count_1_3_1_keeps_the_first_instance(explicit: Any) -> None:
+    repo, server = explicit
+    client = grpcclient.InferenceServerClient(server.url)
+    load = SteadyLoad(server.url, MODEL, unary=4, delay_s=0.01).start()
+    load.wait_answers(10)
+    first_pid = {o.value[2] for o in load.outcomes if o.value is not None}
+    assert len(first_pid) == 1
+    (repo / MODEL / "config.pbtxt").write_text(tagged_config(MODEL, count=3))
+    client.load_model(MODEL)
+    grown = time.monotonic()
+    load.wait_answers(60)
+    (repo / MODEL / "config.pbtxt").write_text(tagged_config(MODEL, count=1))
+    client.load_model(MODEL)
+    shrunk = time.monotonic()
+    load.wait_answers(20)
+    outcomes = load.stop()
+    _check_clean(load, outcomes)
+    during = [o.value for o in outcomes if o.value is not None and grown < o.sent and o.done < shrunk]
+    assert {v[1] for v in during} == {0.0, 1.0, 2.0}  # three instances served
+    after = [o.value for o in outcomes if o.value is not None and o.sent > shrunk]
+    assert {(v[1], v[2]) for v in after} == {(0.0, *first_pid)}  # only the original instance, never restarted
+    assert len(client.get_model_config(MODEL).config.instance_group) == 1
+    assert client.get_model_config(MODEL).config.instance_group[0].count == 1
+    assert len(server.worker_pids()) == 1
+    client.close()
+
+
+def test_broken_reload_keeps_the_old_version_serving(explicit: Any) -> None:
+    repo, server = explicit
+    client = grpcclient.InferenceServerClient(server.url)
+    load = SteadyLoad(server.url, MODEL).start()
+    load.wait_answers(10)
+    (repo / MODEL / "1" / "model.py").write_text("raise RuntimeError('broken on purpose')\n")
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model(MODEL)
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "load failed for model 'tagged': version 1 is at UNAVAILABLE state" in info.value.message()
+    assert "broken on purpose" in info.value.message()
+    (repo / MODEL / "config.pbtxt").write_text("this is { not a config")
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model(MODEL)
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    load.wait_answers(10)
+    assert client.is_model_ready(MODEL)
+    (row,) = client.get_model_repository_index().models
+    assert row.state == "READY" and "reload failed" in row.reason
+    outcomes = load.stop()
+    _check_clean(load, outcomes)
+    assert {o.value[0] for o in outcomes if o.value is not None} == {1.0}
+    assert "failed to load 'tagged' version 1" in server.log()
+    client.close()
+
+
+@pytest.fixture
+def polled(tmp_path: Path, start_server: Any) -> Any:
+    repo = tmp_path / "repo"
+    _write(repo)
+    return repo, start_server([repo], ["--model-control-mode=poll", "--repository-poll-secs=0.3"])
+
+
+def test_poll_mode_picks_up_a_changed_model_py(polled: Any) -> None:
+    repo, server = polled
+    client = grpcclient.InferenceServerClient(server.url)
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model(MODEL)
+    assert info.value.status() == "StatusCode.UNAVAILABLE"
+    assert info.value.message() == "explicit model load / unload is not allowed if polling is enabled"
+    load = SteadyLoad(server.url, MODEL).start()
+    load.wait_answers(10)
+    (repo / MODEL / "1" / "model.py").write_text(tagged_model(2))
+    switched = _wait_for_tag(load, 2.0)
+    load.wait_answers(20)
+    (repo / MODEL / "1" / "model.py").write_text("raise RuntimeError('broken on purpose')\n")
+    deadline = time.monotonic() + 30
+    while "failed to load 'tagged' version 1" not in server.log() and time.monotonic() < deadline:
+        load.wait_answers(1)
+    load.wait_answers(10)
+    outcomes = load.stop()
+    _check_clean(load, outcomes)
+    assert _tags_after(outcomes, switched) == {2.0}  # and the broken model.py never took over
+    (row,) = client.get_model_repository_index().models
+    assert row.state == "READY" and "broken on purpose" in row.reason
+    client.close()
+
+
+def test_poll_mode_new_version_folder_with_latest_1(polled: Any) -> None:
+    repo, server = polled
+    client = grpcclient.InferenceServerClient(server.url)
+    load = SteadyLoad(server.url, MODEL).start()
+    load.wait_answers(10)
+    _write(repo, tag=5, version=2)  # rewrites config.pbtxt unchanged: the policy is latest { num_versions: 1 }
+    switched = _wait_for_tag(load, 5.0)
+    load.wait_answers(20)
+    outcomes = load.stop()
+    _check_clean(load, outcomes)
+    assert _tags_after(outcomes, switched) == {5.0}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = {(m.version, m.state, m.reason) for m in client.get_model_repository_index().models}
+        if rows == {("1", "UNAVAILABLE", "unloaded"), ("2", "READY", "")}:
+            break
+        time.sleep(0.1)
+    assert rows == {("1", "UNAVAILABLE", "unloaded"), ("2", "READY", "")}
+    assert len(server.worker_pids()) == 1
+    client.close()
