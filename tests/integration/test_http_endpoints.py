@@ -124,7 +124,7 @@ def test_repository_index_load_unload(server: ServerProcess, client: httpclient.
     assert r.status_code == 400 and r.json() == {"error": "Model version not ready"}
     body = {"inputs": [{"name": "INPUT0", "shape": [3, 3], "datatype": "FP32", "data": [0] * 9}]}
     r = post(server, "/v2/models/linear/infer", json=body)
-    assert r.status_code == 503 and "linear" in r.json()["error"]
+    assert r.status_code == 404 and "has no available versions" in r.json()["error"]  # NOT_FOUND, as Triton
     assert {"name": "linear", "version": "1", "state": "READY"} not in post(
         server, "/v2/repository/index", headers=ADMIN, json={"ready": True}
     ).json()
@@ -137,7 +137,7 @@ def test_repository_index_load_unload(server: ServerProcess, client: httpclient.
     assert client.is_model_ready("linear")
     assert post(server, "/v2/models/linear/infer", json=body).json()["outputs"][0]["data"] == [1.0] * 9
     r = post(server, "/v2/repository/models/no_such_model/load", headers=ADMIN)
-    assert r.status_code == 404 and "no_such_model" in r.json()["error"]  # NOT_FOUND, as over gRPC
+    assert r.status_code == 500 and "no_such_model" in r.json()["error"]  # INTERNAL, as Triton (and gRPC)
     r = post(server, "/v2/repository/models/linear/load", headers=ADMIN, json={"parameters": {"bogus": 1}})
     assert r.status_code == 400 and r.json()["error"] == "unrecognized load parameter 'bogus'."
     r = post(server, "/v2/repository/myrepo/index", headers=ADMIN)
