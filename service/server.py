@@ -17,8 +17,8 @@ from service.core.admission import Admission
 from service.core.bls import BlsServer
 from service.core.custom_metrics import CustomMetrics
 from service.core.engine import Engine
-from service.core.poller import RepositoryPoller
 from service.core.metrics import CoreCollector, parse_metrics_config
+from service.core.poller import RepositoryPoller
 from service.core.repository import READY, ModelRepository, RepositoryOptions
 from service.core.schedulers import make_scheduler
 from service.core.shm_plan import plan_arenas
