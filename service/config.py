@@ -69,6 +69,7 @@ class ServerConfig:
     allow_client_shm: bool = True
     model_config_name: str = ""
     arena_bytes: int = 256 << 20
+    arena_growth_bytes: int = 64 << 20  # python,shm-growth-byte-size: how much an arena grows by when full
     using_example_repository: bool = False
     cache_bytes: int | None = None  # --cache-config local,size=N: the response cache's byte budget
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
@@ -246,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="BACKEND,KEY=VALUE",
         help="backend setting; python,shm-default-byte-size=N sets each worker's shared-memory arena "
-        "(256 MiB); other settings are ignored",
+        "(256 MiB), python,shm-growth-byte-size=N the step an arena grows by when a tensor does not fit "
+        "(64 MiB); other settings are ignored",
     )
     p.add_argument(
         "--cache-config",
@@ -477,6 +479,8 @@ def parse_args(argv: list[str]) -> ServerConfig:
         key, _, value = setting.partition("=")
         if backend == "python" and key == "shm-default-byte-size" and value.isdigit():
             config.arena_bytes = max(1 << 20, int(value))
+        if backend == "python" and key == "shm-growth-byte-size" and value.isdigit():
+            config.arena_growth_bytes = max(1 << 16, int(value))
     try:
         config.cache_bytes = parse_cache_config(list(args.cache_config))
     except ValueError as e:

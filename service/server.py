@@ -91,6 +91,7 @@ class Server:
             log_verbose=config.log_verbose,
             arena_bytes=config.arena_bytes,
             unload_timeout_s=config.model_unload_timeout_secs,
+            arena_growth_bytes=config.arena_growth_bytes,
         )
         self.metrics_config = parse_metrics_config(config.metrics_config)
         options.summaries = config.allow_metrics and self.metrics_config.summary_latencies

@@ -31,7 +31,9 @@ def free_port() -> int:
 class ServerProcess:
     """A `python -m service` process on a free port, with its log captured to a file."""
 
-    def __init__(self, repos: list[Path], extra_args: list[str], log_path: Path) -> None:
+    def __init__(
+        self, repos: list[Path], extra_args: list[str], log_path: Path, prefix: list[str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
         self.http_port = free_port()
@@ -44,7 +46,7 @@ class ServerProcess:
         args += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
         for repo in repos:
             args += ["--model-repository", str(repo)]
-        args += extra_args
+        args = [*(prefix or []), *args, *extra_args]  # prefix: a command that execs the server (e.g. unshare)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
@@ -113,9 +115,11 @@ def start_server(tmp_path: Path) -> Iterator:
 
 
 @contextmanager
-def running_server(repos: list[Path], log_path: Path, extra_args: list[str] | None = None) -> Iterator[ServerProcess]:
+def running_server(
+    repos: list[Path], log_path: Path, extra_args: list[str] | None = None, prefix: list[str] | None = None
+) -> Iterator[ServerProcess]:
     """A ready ServerProcess for the with-block (for module-scoped fixtures); stopped on exit."""
-    server = ServerProcess(repos, extra_args or [], log_path)
+    server = ServerProcess(repos, extra_args or [], log_path, prefix)
     try:
         server.wait_ready()
         yield server

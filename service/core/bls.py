@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
 from service.workers import ipc
+from service.workers.arena import ShmPoolExhausted
 from service.workers.process import WorkerProcess
 
 if TYPE_CHECKING:
@@ -153,7 +154,11 @@ class BlsServer:
             elif response.null:
                 reply.null = True
             else:
-                reply.outputs = [self._tensor(call.worker, o) for o in response.outputs]
+                try:
+                    reply.outputs = [self._tensor(call.worker, o) for o in response.outputs]
+                except ShmPoolExhausted as e:  # /dev/shm is full: the caller gets the error, the worker goes on
+                    reply.outputs = []
+                    reply.error_code, reply.error = int(ErrorCode.INTERNAL), str(e)
             if response.final:
                 call.answered = True
             self._send(call.worker, reply)
@@ -198,8 +203,7 @@ class BlsServer:
         data = out.data if out.data is not None else b""
         n = data.nbytes if isinstance(data, memoryview) else len(data)
         if n > ipc.INLINE_LIMIT and worker.in_alloc is not None and worker.in_arena is not None:
-            off = worker.in_alloc.alloc(n)
-            if off is not None:
-                worker.in_arena.buffer[off : off + n] = data
-                return ipc.TensorMsg(out.name, out.datatype, out.shape, ipc.WHERE_ARENA, offset=off, nbytes=n)
+            off = worker.in_alloc.alloc(n)  # grows the caller's arena when full
+            worker.in_arena.buffer[off : off + n] = data
+            return ipc.TensorMsg(out.name, out.datatype, out.shape, ipc.WHERE_ARENA, offset=off, nbytes=n)
         return ipc.TensorMsg(out.name, out.datatype, out.shape, data=bytes(data))

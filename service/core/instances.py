@@ -31,6 +31,7 @@ def instance_specs(
     arena_bytes: int,
     log_verbose: int,
     attach: Callable[[Any], None] | None,
+    arena_growth_bytes: int = 64 << 20,
 ) -> list[InstanceSpec]:
     """One InstanceSpec per instance the config's instance groups ask for; ServiceError for impossible groups."""
     config_json = cfg.to_json(config)
@@ -70,6 +71,7 @@ def instance_specs(
                         instance_kind=kind,
                         device_id=device,
                         arena_bytes=arena_bytes,
+                        arena_growth_bytes=arena_growth_bytes,
                         log_verbose=log_verbose,
                         attach=attach,
                     )

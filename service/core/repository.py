@@ -96,6 +96,7 @@ class RepositoryOptions:
     gpu_count: int = field(default_factory=visible_gpu_count)  # KIND_AUTO -> KIND_GPU when > 0
     log_verbose: int = 0
     arena_bytes: int = 256 << 20
+    arena_growth_bytes: int = 64 << 20
     summaries: bool = False  # keep latency samples for Triton's summary metrics (--metrics-config)
     unload_timeout_s: float = 30.0  # how long an unload (or a replaced version) waits for in-flight requests
     # called with every worker process started (BLS server: routes the worker's BLS messages)
@@ -305,7 +306,15 @@ class ModelRepository:
     def _instance_specs(self, mv: ModelVersion, config: mc.ModelConfig) -> list[Any]:
         o = self.options
         return instance_specs(
-            config, mv.name, mv.version, mv.model_dir, o.gpu_count, o.arena_bytes, o.log_verbose, o.attach_worker
+            config,
+            mv.name,
+            mv.version,
+            mv.model_dir,
+            o.gpu_count,
+            o.arena_bytes,
+            o.log_verbose,
+            o.attach_worker,
+            arena_growth_bytes=o.arena_growth_bytes,
         )
 
     async def _prepare_config(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from service.workers import ipc
-from service.workers.arena import Allocator, ArenaMap
+from service.workers.arena import DEFAULT_GROWTH_BYTES, ArenaMap, GrowingArena
 from shm.tensor import numpy_to_datatype, numpy_to_raw, raw_to_numpy
 
 
@@ -114,9 +114,9 @@ class WorkerChannel:
         self._corked: list[bytes] | None = None
         self._read_lock = threading.Lock()
         self._buf = bytearray(1 << 16)
-        self.in_arena: ArenaMap | None = None
-        self.out_arena: ArenaMap | None = None
-        self.out_alloc: Allocator | None = None
+        self.in_arena: GrowingArena | None = None  # the server writes (requests, BLS replies), we read
+        self.out_arena: GrowingArena | None = None  # we allocate, grow and write (responses, BLS requests)
+        self.out_alloc: GrowingArena | None = None
         self._alloc_lock = threading.Lock()
         self.client_segments = ClientSegments()
         self.client_cuda = ClientCudaRegions()
@@ -189,11 +189,11 @@ class WorkerChannel:
         return future.result()
 
     # ---- tensors -------------------------------------------------------------------------------------
-    def map_arenas(self, in_name: str, out_name: str) -> None:
-        """Map the two arenas the server created."""
-        self.in_arena = ArenaMap(in_name, 0, create=False)
-        self.out_arena = ArenaMap(out_name, 0, create=False)
-        self.out_alloc = Allocator(self.out_arena.size)
+    def map_arenas(self, in_name: str, out_name: str, growth_bytes: int = DEFAULT_GROWTH_BYTES) -> None:
+        """Map the two arenas the server created (either grows by `growth_bytes` steps when full)."""
+        self.in_arena = GrowingArena(ArenaMap(in_name, 0, create=False), growth_bytes)
+        self.out_arena = GrowingArena(ArenaMap(out_name, 0, create=False), growth_bytes)
+        self.out_alloc = self.out_arena
 
     def release(self, offsets: list[int]) -> None:
         """The server is done with these output-arena blocks."""
@@ -242,9 +242,7 @@ class WorkerChannel:
             return ipc.TensorMsg(name, datatype, shape, data=bytes(raw))
         assert self.out_alloc is not None and self.out_arena is not None
         with self._alloc_lock:
-            offset = self.out_alloc.alloc(nbytes)
-        if offset is None:  # arena full: fall back to the socket
-            return ipc.TensorMsg(name, datatype, shape, data=bytes(raw))
+            offset = self.out_alloc.alloc(nbytes)  # grows the arena when full; ShmPoolExhausted if /dev/shm is
         self.out_arena.buffer[offset : offset + nbytes] = raw
         return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_ARENA, offset=offset, nbytes=nbytes)
 

@@ -74,6 +74,7 @@ class Init(msgspec.Struct, tag="init", array_like=True):
     out_arena: str
     out_arena_size: int
     log_verbose: int = 0
+    arena_growth_bytes: int = 64 << 20  # the step either side grows an arena by when a tensor does not fit
 
 
 class AutoComplete(msgspec.Struct, tag="autocomplete", array_like=True):

@@ -18,7 +18,7 @@ from typing import Any
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, OutputTensor, ShmRef
 from service.workers import ipc
-from service.workers.arena import Allocator, ArenaMap, segment_name
+from service.workers.arena import ArenaMap, GrowingArena, ShmPoolExhausted, segment_name
 
 log = logging.getLogger("trireme.workers")
 
@@ -39,6 +39,7 @@ class InstanceSpec:
     instance_kind: str = "CPU"
     device_id: int = 0
     arena_bytes: int = 256 << 20
+    arena_growth_bytes: int = 64 << 20
     start_timeout_s: float = 120.0
     log_verbose: int = 0
     env: dict[str, str] = field(default_factory=dict)
@@ -122,9 +123,9 @@ class WorkerProcess:
         self.transport: asyncio.Transport | None = None
         self.cancel_sock: socket.socket | None = None
         self._reap_task: asyncio.Task[None] | None = None
-        self.in_arena: ArenaMap | None = None
-        self.out_arena: ArenaMap | None = None
-        self.in_alloc: Allocator | None = None
+        self.in_arena: GrowingArena | None = None  # requests in: the server allocates, grows and writes
+        self.out_arena: GrowingArena | None = None  # responses out: the worker allocates, the server reads
+        self.in_alloc: GrowingArena | None = None
         self.alive = False
         self._rids = itertools.count(1)
         self._batch_ids = itertools.count(1)
@@ -146,9 +147,10 @@ class WorkerProcess:
         spec = self.spec
         loop = asyncio.get_running_loop()
         tag = f"{next(_instance_ids)}"
-        in_arena = self.in_arena = ArenaMap(segment_name(tag + "i"), spec.arena_bytes, create=True)
-        out_arena = self.out_arena = ArenaMap(segment_name(tag + "o"), spec.arena_bytes, create=True)
-        self.in_alloc = Allocator(in_arena.size)
+        growth = spec.arena_growth_bytes
+        in_arena = self.in_arena = GrowingArena(ArenaMap(segment_name(tag + "i"), spec.arena_bytes, True), growth)
+        out_arena = self.out_arena = GrowingArena(ArenaMap(segment_name(tag + "o"), spec.arena_bytes, True), growth)
+        self.in_alloc = in_arena
         try:
             await self._spawn(loop)
             assert self._startup is not None
@@ -167,6 +169,7 @@ class WorkerProcess:
                     out_arena.name,
                     spec.arena_bytes,
                     spec.log_verbose,
+                    growth,
                 )
             )
             try:
@@ -284,7 +287,14 @@ class WorkerProcess:
         for req in batch:
             rid = next(self._rids)
             offsets: list[int] = []
-            messages.append(self._request_message(rid, req, offsets))
+            try:
+                messages.append(self._request_message(rid, req, offsets))
+            except ShmPoolExhausted as e:  # /dev/shm is full: this request fails, the worker goes on
+                self._give_back(offsets)
+                if req.on_response is not None:
+                    error = ServiceError(ErrorCode.INTERNAL, str(e))
+                    req.on_response(InferResponse(req.model_name, req.model_version, req.id, error=error))
+                continue
             self.inflight[rid] = _Inflight(req, offsets)
             rids.append(rid)
         self.batches[batch_id] = (rids, on_done)
@@ -294,6 +304,11 @@ class WorkerProcess:
             for req in batch:
                 if req.stamps is not None:
                     req.stamps.append(("frame_sent", sent))
+
+    def _give_back(self, offsets: list[int]) -> None:
+        if self.in_alloc is not None:
+            for off in offsets:
+                self.in_alloc.free(off)
 
     def _request_message(self, rid: int, req: InferRequest, offsets: list[int]) -> ipc.RequestMsg:
         tensors = []
@@ -309,10 +324,7 @@ class WorkerProcess:
                 tensors.append(ipc.TensorMsg(t.name, t.datatype, t.shape, data=bytes(data)))
                 continue
             assert self.in_alloc is not None and self.in_arena is not None
-            off = self.in_alloc.alloc(n)
-            if off is None:
-                tensors.append(ipc.TensorMsg(t.name, t.datatype, t.shape, data=bytes(data)))
-                continue
+            off = self.in_alloc.alloc(n)  # grows the arena when full
             self.in_arena.buffer[off : off + n] = data
             offsets.append(off)
             tensors.append(ipc.TensorMsg(t.name, t.datatype, t.shape, ipc.WHERE_ARENA, offset=off, nbytes=n))

@@ -22,6 +22,7 @@ import numpy as np
 from service import stagetrace
 from service.errors import ErrorCode
 from service.workers import ipc
+from service.workers.arena import ShmPoolExhausted
 from service.workers.backend import Backend, BackendContext, WorkerRequest, load_backend_class
 from service.workers.bls_client import BlsClient
 from service.workers.channel import OutputTooLarge, WorkerChannel
@@ -83,7 +84,7 @@ class Worker:
         """Map arenas, create and initialize the backend, and report Ready or Failed."""
         init = self.init
         try:
-            self.channel.map_arenas(init.in_arena, init.out_arena)
+            self.channel.map_arenas(init.in_arena, init.out_arena, init.arena_growth_bytes)
             force_cpu = self.config.get("parameters", {}).get("FORCE_CPU_ONLY_INPUT_TENSORS", {})
             self.channel.gpu_inputs = str(force_cpu.get("string_value", "yes")).lower() == "no"
             backend_cls = load_backend_class(init.backend)
@@ -244,7 +245,7 @@ class Worker:
         else:
             try:
                 msg.outputs = self._encode_outputs(req, outputs)
-            except OutputTooLarge as e:
+            except (OutputTooLarge, ShmPoolExhausted) as e:
                 msg.error_code, msg.error = int(ErrorCode.INTERNAL), str(e)
             except (ValueError, TypeError) as e:
                 msg.error_code, msg.error = int(ErrorCode.INTERNAL), str(e)
