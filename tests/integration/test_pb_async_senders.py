@@ -48,6 +48,55 @@ ASYNC_PY = """
             return None
 """
 
+SLEEPER_CONFIG = """
+    name: "sleeper"
+    backend: "python"
+    max_batch_size: 0
+    input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    instance_group [ { count: 3 kind: KIND_CPU } ]
+"""
+
+# A blocking model with three instances: sleeps MS milliseconds and echoes MS.
+SLEEPER_PY = """
+    import time
+
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            out = []
+            for request in requests:
+                ms = pb_utils.get_input_tensor_by_name(request, "MS").as_numpy()
+                time.sleep(ms[0] / 1000.0)
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", ms)]))
+            return out
+"""
+
+ASYNC_BLS_CONFIG = ASYNC_CONFIG.replace('"async_sleep"', '"async_bls"')
+
+# Awaits a BLS call to `sleeper` (async_exec) and forwards its answer: one instance, calls overlap.
+ASYNC_BLS_PY = """
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        async def execute(self, requests):
+            for request in requests:
+                call = pb_utils.InferenceRequest(
+                    model_name="sleeper",
+                    inputs=[pb_utils.get_input_tensor_by_name(request, "MS")],
+                    requested_output_names=["OUT"],
+                )
+                reply = await call.async_exec()
+                request.get_response_sender().send(
+                    pb_utils.InferenceResponse(reply.output_tensors(), error=reply.error()),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+            return None
+"""
+
 SENDER_CONFIG = """
     name: "{name}"
     backend: "python"
@@ -124,6 +173,8 @@ SENDER_PY = """
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("repo")
     write_model(repo, "async_sleep", ASYNC_CONFIG, ASYNC_PY)
+    write_model(repo, "sleeper", SLEEPER_CONFIG, SLEEPER_PY)
+    write_model(repo, "async_bls", ASYNC_BLS_CONFIG, ASYNC_BLS_PY)
     write_model(repo, "sender_decoupled", SENDER_CONFIG.format(name="sender_decoupled", decoupled="true"), SENDER_PY)
     write_model(repo, "sender_default", SENDER_CONFIG.format(name="sender_default", decoupled="false"), SENDER_PY)
     with running_server([repo], tmp_path_factory.mktemp("log") / "server.log") as srv:
@@ -202,6 +253,16 @@ def test_async_decoupled_executions_overlap_on_one_instance(stream: Stream) -> N
     assert order[0] == "short", order  # the short request did not wait for the long ones
     assert sorted(order[1:]) == ["long0", "long1", "long2", "long3"]
     assert events[-1][0] < 3.0, events  # all four long sleeps overlapped (serial: > 4 s)
+
+
+def test_async_decoupled_executions_overlap_while_awaiting_bls(stream: Stream) -> None:
+    # three requests that each await a 1 s BLS call: the one async_bls instance runs them at once
+    for i in range(3):
+        stream.send("async_bls", [int_input("MS", 1000)], f"r{i}")
+    events = stream.collect_finals(3)
+    assert all(error is None for _, _, error in events)
+    assert [r.as_numpy("OUT").tolist() for _, r, _ in events] == [[1000]] * 3
+    assert events[-1][0] < 2.5, events  # serially over 3 s
 
 
 def test_async_decoupled_error_is_logged_and_answered(server: ServerProcess, stream: Stream) -> None:

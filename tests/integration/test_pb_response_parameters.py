@@ -194,3 +194,18 @@ def test_bls_responses_carry_their_parameters(client: grpcclient.InferenceServer
     result = client.infer("params_bls", params_input(params))
     seen = json.loads(result.as_numpy("OUT")[0])
     assert seen == {"default": params, "decoupled": [params, {"second": 2}]}
+
+
+def test_parameters_reach_http_responses(server: ServerProcess) -> None:
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        params = {"bool": True, "str": "Hello World!", "int": 1024}
+        t = httpclient.InferInput("PARAMS", [1], "BYTES")
+        t.set_data_from_numpy(np.array([json.dumps(params)], dtype=np.object_))
+        result = client.infer("params_default", [t])
+        assert result.get_response()["parameters"] == params
+        assert result.as_numpy("OUT")[0].decode() == json.dumps(params)
+    finally:
+        client.close()
