@@ -194,7 +194,7 @@ class BlsServer:
 
     @staticmethod
     def _send(worker: WorkerProcess, message: Any) -> None:
-        if worker.alive and worker.transport is not None and not worker.transport.is_closing():
+        if worker.can_send:
             worker.send(message)
 
     @staticmethod

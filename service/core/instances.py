@@ -10,6 +10,7 @@ from typing import Any
 from protos import model_config_pb2 as mc
 from service.core import model_config as cfg
 from service.errors import ErrorCode, ServiceError
+from service.workers.inprocess_mode import MODE_KEY, instance_mode
 from service.workers.process import InstanceSpec
 
 log = logging.getLogger("trireme.repository")
@@ -35,6 +36,15 @@ def instance_specs(
 ) -> list[InstanceSpec]:
     """One InstanceSpec per instance the config's instance groups ask for; ServiceError for impossible groups."""
     config_json = cfg.to_json(config)
+    try:
+        in_process = instance_mode(config.parameters) == "in_process"
+    except ValueError as e:
+        raise ServiceError(ErrorCode.INVALID_ARG, f"model '{name}': {e}") from None
+    if in_process and config.backend != "python":
+        raise ServiceError(
+            ErrorCode.INVALID_ARG,
+            f"model '{name}': {MODE_KEY}=in_process is supported for the python backend only, not '{config.backend}'",
+        )
     specs = []
     for group in config.instance_group:
         kind = KIND_NAMES.get(group.kind, "CPU")
@@ -74,6 +84,7 @@ def instance_specs(
                         arena_growth_bytes=arena_growth_bytes,
                         log_verbose=log_verbose,
                         attach=attach,
+                        in_process=in_process,
                     )
                 )
     return specs

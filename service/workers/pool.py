@@ -13,6 +13,15 @@ log = logging.getLogger("trireme.workers")
 RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0)
 
 
+def _instance(spec: InstanceSpec, on_exit: Callable[[WorkerProcess], None]) -> WorkerProcess:
+    """A worker process, or an in-process instance when the model's config asks for one."""
+    if spec.in_process:
+        from service.workers.inprocess import InProcessInstance
+
+        return InProcessInstance(spec, on_exit)
+    return WorkerProcess(spec, on_exit)
+
+
 class InstancePool:
     """Starts `instance_group` workers, tells its listener when one becomes available, restarts crashed ones."""
 
@@ -28,7 +37,7 @@ class InstancePool:
 
     async def start(self) -> None:
         """Start every instance concurrently; on any failure stop the others and re-raise the first error."""
-        workers = [WorkerProcess(spec, self._on_exit) for spec in self.specs]
+        workers = [_instance(spec, self._on_exit) for spec in self.specs]
         results = await asyncio.gather(*(w.start() for w in workers), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
@@ -86,7 +95,7 @@ class InstancePool:
             await asyncio.sleep(RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)])
             if self._stopping:
                 return
-            fresh = WorkerProcess(dead.spec, self._on_exit)
+            fresh = _instance(dead.spec, self._on_exit)
             try:
                 await fresh.start()
             except Exception as e:

@@ -43,6 +43,7 @@ class InstanceSpec:
     start_timeout_s: float = 120.0
     log_verbose: int = 0
     env: dict[str, str] = field(default_factory=dict)
+    in_process: bool = False  # run on a thread of the server (TRIREME_INSTANCE_MODE=in_process)
     # called with every WorkerProcess made from this spec (restarts too), e.g. to add message_handlers (BLS)
     attach: Callable[[WorkerProcess], None] | None = None
 
@@ -274,6 +275,11 @@ class WorkerProcess:
         return self.proc.pid if self.proc is not None else None
 
     # ---- traffic --------------------------------------------------------------------------------------
+    @property
+    def can_send(self) -> bool:
+        """Whether the instance is alive and its channel open."""
+        return self.alive and self.transport is not None and not self.transport.is_closing()
+
     def send(self, message: Any) -> None:
         """Write one frame to the worker."""
         assert self.transport is not None
