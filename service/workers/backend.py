@@ -35,6 +35,8 @@ class BackendContext:
     device_id: int
     # set by the worker: lets backends issue requests to other models (BLS); None when unsupported
     bls: Any = None
+    # run first by every thread the backend starts for the model (in-process instances route BLS calls by thread)
+    thread_init: Callable[[], None] | None = None
 
 
 RespondFn = Callable[

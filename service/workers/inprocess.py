@@ -18,7 +18,6 @@ import logging
 import queue
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -159,10 +158,14 @@ class InProcessInstance(WorkerProcess):
         assert self.channel is not None
         try:
             worker = self._worker = Worker(self.channel, init)
-            BLS_ROUTER.local.client = worker.bls
+
+            def adopt() -> None:  # this thread, and every thread the backend starts, calls BLS as this instance
+                BLS_ROUTER.local.client = worker.bls
+
+            adopt()
+            worker.thread_init = adopt
             worker.start()
             pb_utils.runtime.bls = BLS_ROUTER  # the backend set its own client; route by thread instead
-            _route_executor_threads(worker)
             worker.serve()
         except SystemExit:
             pass  # Worker.start reported Failed
@@ -232,20 +235,6 @@ class InProcessInstance(WorkerProcess):
             self.send(ipc.Shutdown())
         if not self._closed.done():
             self._closed.set_result(None)
-
-
-def _route_executor_threads(worker: Worker) -> None:
-    """async_exec runs BLS calls on the threads of the model's event-loop executor: they route to this worker."""
-    backend = worker.backend
-    if backend is None or not hasattr(backend, "_loop"):
-        return
-    if backend._loop is None:
-        backend._loop = asyncio.new_event_loop()
-
-    def adopt() -> None:
-        BLS_ROUTER.local.client = worker.bls
-
-    backend._loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="bls", initializer=adopt))
 
 
 class _Exited:

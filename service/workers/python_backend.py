@@ -30,6 +30,12 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
+def _run_forever(loop: asyncio.AbstractEventLoop, init: Any) -> None:
+    if init is not None:
+        init()
+    loop.run_forever()
+
+
 def _describe(e: BaseException) -> str:
     """'ExcType: message' as Triton reports a model's exception."""
     text = str(e)
@@ -89,8 +95,11 @@ class PythonBackend(Backend):
         """The instance's event loop, running in a daemon thread (created on first use), as Triton's stub does."""
         if self._loop is None:
             loop = asyncio.new_event_loop()
-            loop.set_default_executor(ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="pb-async"))
-            threading.Thread(target=loop.run_forever, name="pb-event-loop", daemon=True).start()
+            init = self.context.thread_init
+            loop.set_default_executor(
+                ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="pb-async", initializer=init)
+            )
+            threading.Thread(target=_run_forever, args=(loop, init), name="pb-event-loop", daemon=True).start()
             self._loop = loop
         return self._loop
 

@@ -75,6 +75,7 @@ class Worker:
         ]  # implicit state outputs are outputs too
         self.running = True
         self.bls = BlsClient(channel)  # pb_utils.runtime.bls: requests from this model to others
+        self.thread_init: Any = None  # BackendContext.thread_init (set by in-process instances)
         self.metrics = ChannelMetricsSink(channel)  # pb_utils.MetricFamily / Metric
         pb_metrics.state.sink = self.metrics
         # replies (metric calls, BLS) may be awaited from initialize(), before serve() starts
@@ -99,6 +100,7 @@ class Worker:
                 instance_kind=init.instance_kind,
                 device_id=init.device_id,
                 bls=self.bls,
+                thread_init=self.thread_init,
             )
             self.backend = backend_cls(context)
             self.backend.initialize()
