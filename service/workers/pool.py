@@ -50,7 +50,7 @@ class InstancePool:
 
         The caller hands the new workers to its scheduler; existing instances are untouched.
         """
-        workers = [WorkerProcess(spec, self._on_exit) for spec in specs]
+        workers = [_instance(spec, self._on_exit) for spec in specs]
         results = await asyncio.gather(*(w.start() for w in workers), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
