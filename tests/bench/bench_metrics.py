@@ -1,10 +1,15 @@
-"""Benchmark: does scraping /metrics every second cost throughput? Same server, same run, rounds alternate
-between perf_analyzer with a 1 s scraper running and without one; prints the per-round ratio.
+"""Benchmark: does scraping /metrics every second cost throughput?
 
-Usage: .venv/bin/python tests/bench/bench_metrics.py [--model identity_fp32] [--rounds 4] [--concurrency 1 4]
-       [--interval 1.0]
-Needs tools/install-triton-tools.sh (perf_analyzer in /tmp/trireme-anchors/bin). Also prints the hot-path cost
-of the statistics the metrics read (ModelStats.record_request + record_end, per request) measured with timeit.
+One Trireme server, one long perf_analyzer run (constant concurrency) as the load. Time is cut into short slices
+that alternate between "scraped" (a thread GETs /metrics every --interval seconds) and "quiet" (nobody scrapes),
+swapping the order in every pair; each slice's throughput comes from the server's statistics (read over gRPC at
+both ends of every slice, in both modes). This VM's speed drifts over minutes, so adjacent slices are compared:
+the result is the median of the per-pair ratios (scraped / quiet).
+
+Usage: .venv/bin/python tests/bench/bench_metrics.py [--model identity_fp32] [--pairs 20] [--slice 5]
+       [--concurrency 4] [--interval 1.0]
+Needs tools/install-triton-tools.sh (perf_analyzer in /tmp/trireme-anchors/bin). Also prints how long a scrape
+takes and the hot-path cost of the statistics the metrics read (ModelStats.record_request + record_end).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -23,9 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.servers import free_port, perf_analyzer, start_trireme, stop, wait_started  # noqa: E402
-
-STABILITY = ["-p", "3000", "-s", "20", "-r", "20"]
+from tests.bench.servers import ANCHORS, free_port, start_trireme, stop, wait_started  # noqa: E402
 
 
 class Scraper:
@@ -53,71 +57,103 @@ class Scraper:
         self._thread.join()
 
 
-def hot_path_ns() -> float:
-    """ns per request spent in ModelStats.record_request + record_end (counters, histograms)."""
-    from service.core.stats import ModelStats
+def hot_path_ns() -> tuple[float, float]:
+    """(ns per histogram observation, ns per request in ModelStats.record_request + record_end), the minimum of
+    repeated timeit runs (robust to a busy machine), the cost of an empty call subtracted."""
+    from service.core.stats import LatencyHistogram, ModelStats
 
-    s = ModelStats()
-    n = 200_000
-    t = timeit.timeit(
-        lambda: (s.record_request(40_000, 20_000, 300_000, 10_000), s.record_end(True, 500_000)), number=n
-    )
-    return t / n * 1e9
+    s, h, n = ModelStats(), LatencyHistogram(), 100_000
+
+    def request() -> None:
+        s.record_request(40_000, 20_000, 300_000, 10_000)
+        s.record_end(True, 500_000)
+
+    def best(fn: object) -> float:
+        return min(timeit.repeat(fn, number=n, repeat=7)) / n * 1e9  # type: ignore[arg-type]
+
+    empty = best(lambda: None)
+    return best(lambda: h.observe(500_000)) - empty, best(request) - empty
 
 
 def main() -> None:
-    """Alternate scraping and quiet rounds on one server and print the table."""
+    """Run the load, alternate the slices, print the table."""
+    import tritonclient.grpc as grpcclient
+
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default="identity_fp32")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--pairs", type=int, default=20)
+    ap.add_argument("--slice", type=float, default=5.0, help="seconds per slice")
+    ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_metrics_"))
     repo = work / "repo"
-    # every example model is loaded, so a scrape carries realistic per-model families
-    shutil.copytree(ROOT / "service" / "example_models", repo)
+    shutil.copytree(ROOT / "service" / "example_models", repo)  # every example model: a realistic scrape
     port, metrics_port = free_port(), free_port()
-    proc = start_trireme(repo, port, work / "trireme.log", extra_args=["--metrics-port", str(metrics_port)])
+    server = start_trireme(repo, port, work / "trireme.log", extra_args=["--metrics-port", str(metrics_port)])
     url = f"http://127.0.0.1:{metrics_port}/metrics"
-    results: dict[tuple[str, int], list[float]] = {}
+    load: subprocess.Popen[bytes] | None = None
+    ratios: list[float] = []
+    rates: dict[str, list[float]] = {"quiet": [], "scraped": []}
     scrapes: list[float] = []
     size = 0
     try:
-        wait_started(proc, work / "trireme.log")
-        time.sleep(2)
-        for r in range(args.rounds):
-            for c in args.concurrency:
-                modes = ("quiet", "scraped") if r % 2 == 0 else ("scraped", "quiet")
-                for mode in modes:
-                    scraper = Scraper(url, args.interval) if mode == "scraped" else None
-                    try:
-                        row = perf_analyzer(
-                            args.model, port, c, (STABILITY, ["-p", "2000", "-s", "100", "-r", "6"]), work / "pa.csv"
-                        )
-                    finally:
-                        if scraper is not None:
-                            scraper.stop()
-                            scrapes += scraper.durations_ms
-                            size = scraper.size or size
-                    ips = float(row["Inferences/Second"])
-                    results.setdefault((mode, c), []).append(ips)
-                    print(f"round {r} c={c} {mode}: {ips:.0f} infer/s", file=sys.stderr, flush=True)
+        wait_started(server, work / "trireme.log")
+        duration_s = args.pairs * 2 * args.slice + 30
+        load = subprocess.Popen(
+            [str(ANCHORS / "bin" / "perf_analyzer"), "-m", args.model, "-i", "grpc", "-u", f"127.0.0.1:{port}",
+             "--concurrency-range", f"{args.concurrency}:{args.concurrency}", "-p", str(int(duration_s * 1000)),
+             "-r", "1", "-s", "999"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+
+        def count() -> int:
+            return int(client.get_inference_statistics(args.model).model_stats[0].inference_stats.success.count)
+
+        time.sleep(5)  # warm-up
+        for pair in range(args.pairs):
+            order = ("quiet", "scraped") if pair % 2 == 0 else ("scraped", "quiet")
+            rate = {}
+            for mode in order:
+                scraper = Scraper(url, args.interval) if mode == "scraped" else None
+                start_n, start_t = count(), time.monotonic()
+                time.sleep(args.slice)
+                end_n, end_t = count(), time.monotonic()
+                if scraper is not None:
+                    scraper.stop()
+                    scrapes += scraper.durations_ms
+                    size = scraper.size or size
+                rate[mode] = (end_n - start_n) / (end_t - start_t)
+                rates[mode].append(rate[mode])
+            ratios.append(rate["scraped"] / rate["quiet"])
+            print(f"pair {pair}: quiet {rate['quiet']:.0f}/s scraped {rate['scraped']:.0f}/s", file=sys.stderr)
+        client.close()
     finally:
-        stop([proc])
-    print(f"model {args.model}, scrape every {args.interval:g} s, {args.rounds} rounds (median infer/s)\n")
-    print("| concurrency | no scrape | scraped | per-round ratio (scraped / no scrape) |")
-    print("|---|---|---|---|")
-    for c in args.concurrency:
-        quiet, scraped = results[("quiet", c)], results[("scraped", c)]
-        ratios = ", ".join(f"{s / q:.3f}" for q, s in zip(quiet, scraped, strict=True))
-        print(f"| {c} | {statistics.median(quiet):.0f} | {statistics.median(scraped):.0f} | {ratios} |")
-    if scrapes:
-        print(
-            f"\nscrape: {len(scrapes)} scrapes, {size} bytes, median {statistics.median(scrapes):.2f} ms, "
-            f"max {max(scrapes):.2f} ms"
-        )
-    print(f"hot path: record_request + record_end = {hot_path_ns():.0f} ns per request")
+        if load is not None:
+            load.kill()
+            load.wait()
+        stop([server])
+    q1, med, q3 = statistics.quantiles(ratios, n=4)
+    print(
+        f"model {args.model}, perf_analyzer concurrency {args.concurrency}, {args.pairs} pairs of {args.slice:g} s "
+        f"slices, scrape every {args.interval:g} s\n"
+    )
+    print("| no scrape (median infer/s) | scraped (median infer/s) | ratio scraped/quiet: median (IQR) |")
+    print("|---|---|---|")
+    print(
+        f"| {statistics.median(rates['quiet']):.0f} | {statistics.median(rates['scraped']):.0f} | "
+        f"{med:.3f} ({q1:.3f}-{q3:.3f}) |"
+    )
+    print(
+        f"\nscrape: {len(scrapes)} scrapes of {size} bytes, median {statistics.median(scrapes):.2f} ms, "
+        f"max {max(scrapes):.2f} ms (round trip, client included)"
+    )
+    observe, per_request = hot_path_ns()
+    print(
+        f"hot path: one histogram observation {observe:.0f} ns; record_request + record_end (counters and three "
+        f"observations) {per_request:.0f} ns per request"
+    )
 
 
 if __name__ == "__main__":
