@@ -96,7 +96,7 @@ class InProcessChannel(WorkerChannel):
         with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed, the server is gone
             self.loop.call_soon_threadsafe(self.owner.deliver, messages)
 
-    def map_arenas(self, in_name: str, out_name: str) -> None:
+    def map_arenas(self, in_name: str, out_name: str, growth_bytes: int = 0) -> None:
         """No arenas: tensors are passed by reference."""
 
     def numpy_to_tensor(self, name: str, array: np.ndarray, target: ipc.TensorMsg | None) -> ipc.TensorMsg:
