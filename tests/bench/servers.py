@@ -76,13 +76,16 @@ def start_trireme(
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=full_env)
 
 
-def start_triton(repo: Path, port: int, log: Path, extra_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
-    """Real Triton 2.51 on repo, gRPC on port (HTTP and metrics on other free ports), output to log; does not wait."""
+def start_triton(
+    repo: Path, port: int, log: Path, extra_args: Sequence[str] = (), http_port: int = 0
+) -> subprocess.Popen[bytes]:
+    """Real Triton 2.51 on repo, gRPC on port, HTTP on http_port (a free one when 0), metrics on another free
+    port, output to log; does not wait."""
     cmd = [
         str(ANCHORS / "bin" / "tritonserver"),
         f"--model-repository={repo}",
         f"--grpc-port={port}",
-        f"--http-port={free_port()}",
+        f"--http-port={http_port or free_port()}",
         f"--metrics-port={free_port()}",
         "--allow-metrics=false",
         *extra_args,
@@ -111,8 +114,10 @@ def perf_analyzer(
     out: Path,
     extra: Sequence[str] = (),
     timeout_s: float = 300,
+    protocol: str = "grpc",
 ) -> dict[str, str]:
-    """One perf_analyzer measurement over gRPC; returns the first row of its CSV report.
+    """One perf_analyzer measurement over gRPC (or `protocol="http"`, port then the HTTP port); returns the first
+    row of its CSV report.
 
     Tries each flag set in `attempts` in turn (this shared VM often finds no stable window, so callers pass
     looser stability settings for later attempts) and raises RuntimeError with the output of the last one.
@@ -122,7 +127,7 @@ def perf_analyzer(
         if i:
             print(f"perf_analyzer attempt {i} failed; retrying", file=sys.stderr, flush=True)
         cmd = [
-            str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}",
+            str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", protocol, "-u", f"127.0.0.1:{port}",
             "--concurrency-range", f"{concurrency}:{concurrency}", *flags, "-f", str(out), *extra,
         ]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)

@@ -1,0 +1,277 @@
+"""Benchmark: Trireme's HTTP/REST endpoint vs real Triton's, and what HTTP costs the rest of the server.
+
+Usage: .venv/bin/python tests/bench/bench_http.py [--rounds 3] [--parts http grpc probes] [--stability "..."]
+Needs perf_analyzer and tritonserver in /tmp/trireme-anchors/bin (and `ab` for the JSON row).
+
+Parts (each interleaved in rounds, ratios taken within a round):
+- http: perf_analyzer -i http on identity_fp32_any, 16 floats and 1 MiB (binary tensor data), c=1 and c=8,
+  Trireme vs Triton: infer/s, p50, p99; plus `ab -k -c 8` with the JSON body of 16 floats (requests/s).
+- grpc: perf_analyzer -i grpc (16 floats, c=8) against a Trireme with HTTP listening and one started with
+  --allow-http=false.
+- probes: a Kubernetes-style probe loop (GET /v2/health/live and /v2/health/ready every 100 ms, a new
+  connection each time) during perf_analyzer -i http c=8, vs the same load without probes; every probe answer
+  must be 200 with an empty body.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.servers import (  # noqa: E402
+    free_port,
+    inference_counts,
+    perf_analyzer,
+    start_trireme,
+    start_triton,
+    stop,
+    tree_usage,
+    wait_port,
+)
+
+MODEL = "identity_fp32_any"
+STABILITY = ["-p", "3000", "-s", "20", "-r", "12"]
+SIZES = {"16 floats": 16, "1 MiB": 262144}
+
+
+def perf(
+    port: int, concurrency: int, elements: int, out: Path, protocol: str = "http", server: tuple[int, int] = (0, 0)
+) -> dict[str, float]:
+    """One perf_analyzer measurement: infer/s, p50 and p99 (µs); retries with a loose threshold.
+
+    With `server=(pid, grpc_port)` also the server's CPU per request (µs): `cpu` for the server process itself
+    (front end + core), `tree_cpu` with its children (model workers / Python-backend stubs)."""
+    attempts = (STABILITY, ["-p", "2000", "-s", "100", "-r", "6"])
+    extra = ["--shape", f"INPUT0:{elements}"]  # the CSV has p50 and p99 either way
+    pid, grpc_port = server
+    if pid:
+        before, count = tree_usage(pid), inference_counts(grpc_port, MODEL)[0]
+    row = perf_analyzer(MODEL, port, concurrency, attempts, out, extra, protocol=protocol)
+    result = {
+        "ips": float(row["Inferences/Second"]),
+        "p50": float(row["p50 latency"]),
+        "p99": float(row["p99 latency"]),
+    }
+    if pid:
+        after, n = tree_usage(pid), max(1, inference_counts(grpc_port, MODEL)[0] - count)
+        spent = {p: a["cpu_s"] - before.get(p, {"cpu_s": 0.0})["cpu_s"] for p, a in after.items()}
+        result["cpu"] = spent.get(pid, 0.0) * 1e6 / n
+        result["tree_cpu"] = sum(spent.values()) * 1e6 / n
+    return result
+
+
+def ab_json(http_port: int, body: Path, concurrency: int = 8, n: int = 3000) -> float:
+    """Requests/s of `ab -k` posting the JSON body (0 when ab is missing or requests failed)."""
+    if shutil.which("ab") is None:
+        return 0.0
+    url = f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/infer"
+    cmd = ["ab", "-q", "-k", "-c", str(concurrency), "-n", str(n), "-p", str(body), "-T", "application/json", url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300).stdout
+    failed = re.search(r"Failed requests:\s+(\d+)", out)
+    rate = re.search(r"Requests per second:\s+([\d.]+)", out)
+    if not failed or not rate or int(failed.group(1)) or "Non-2xx" in out:
+        raise RuntimeError(f"ab failed:\n{out[-2000:]}")
+    return float(rate.group(1))
+
+
+class ProbeLoop:
+    """GET /v2/health/live and /v2/health/ready every `period_s` on a fresh connection; counts the answers."""
+
+    def __init__(self, http_port: int, period_s: float = 0.1) -> None:
+        self.base = f"http://127.0.0.1:{http_port}"
+        self.period_s = period_s
+        self.ok = 0
+        self.bad: list[str] = []
+        self.latencies_ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            for path in ("/v2/health/live", "/v2/health/ready"):
+                start = time.perf_counter()
+                try:
+                    with urllib.request.urlopen(self.base + path, timeout=1.0) as r:
+                        good = r.status == 200 and r.read() == b""
+                except OSError as e:
+                    self.bad.append(f"{path}: {e}")
+                    continue
+                self.latencies_ms.append((time.perf_counter() - start) * 1000)
+                if good:
+                    self.ok += 1
+                else:
+                    self.bad.append(f"{path}: unexpected answer")
+
+    def __enter__(self) -> ProbeLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def median(rows: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def bench_http(work: Path, repo: Path, rounds: int) -> None:
+    ports = {name: (free_port(), free_port()) for name in ("trireme", "triton")}
+    procs = {
+        "trireme": start_trireme(repo, ports["trireme"][0], work / "trireme.log", http_port=ports["trireme"][1]),
+        "triton": start_triton(repo, ports["triton"][0], work / "triton.log", http_port=ports["triton"][1]),
+    }
+    body = work / "body16.json"
+    body.write_text(
+        json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}]})
+    )
+    try:
+        for name, proc in procs.items():
+            wait_port(ports[name][1], proc)
+        time.sleep(2)
+        results: dict[tuple[str, str, int], list[dict[str, float]]] = {}
+        json_rates: dict[str, list[float]] = {"trireme": [], "triton": []}
+        for r in range(rounds):
+            order = ["trireme", "triton"] if r % 2 == 0 else ["triton", "trireme"]
+            for size, elements in SIZES.items():
+                for c in (1, 8):
+                    for name in order:
+                        server = (procs[name].pid, ports[name][0])
+                        res = perf(ports[name][1], c, elements, work / f"{name}-{elements}-{c}-{r}.csv", server=server)
+                        results.setdefault((size, name, c), []).append(res)
+                        print(f"round {r} {size} c={c} {name}: {res}", file=sys.stderr, flush=True)
+            for name in order:
+                json_rates[name].append(ab_json(ports[name][1], body))
+        print(
+            "\n| payload | c | Trireme infer/s | Triton infer/s | ratio (median of rounds) | "
+            "Trireme p50/p99 µs | Triton p50/p99 µs | server CPU µs/request Trireme / Triton (with workers) |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for size in SIZES:
+            for c in (1, 8):
+                t, x = results[(size, "trireme", c)], results[(size, "triton", c)]
+                ratio = statistics.median(a["ips"] / b["ips"] for a, b in zip(t, x, strict=True))
+                print(
+                    f"| {size} binary | {c} | {median(t, 'ips'):.0f} | {median(x, 'ips'):.0f} | {ratio:.2f} | "
+                    f"{median(t, 'p50'):.0f} / {median(t, 'p99'):.0f} | "
+                    f"{median(x, 'p50'):.0f} / {median(x, 'p99'):.0f} | "
+                    f"{median(t, 'cpu'):.0f} / {median(x, 'cpu'):.0f} "
+                    f"({median(t, 'tree_cpu'):.0f} / {median(x, 'tree_cpu'):.0f}) |"
+                )
+        if all(json_rates["trireme"]):
+            ratio = statistics.median(a / b for a, b in zip(json_rates["trireme"], json_rates["triton"], strict=True))
+            print(
+                f"| 16 floats JSON (ab -k -c 8) | 8 | {statistics.median(json_rates['trireme']):.0f} | "
+                f"{statistics.median(json_rates['triton']):.0f} | {ratio:.2f} | | | |"
+            )
+    finally:
+        stop(procs.values())
+
+
+def bench_grpc_with_http(work: Path, repo: Path, rounds: int) -> None:
+    ports = {"http on": free_port(), "http off": free_port()}
+    procs = {
+        "http on": start_trireme(repo, ports["http on"], work / "on.log"),
+        "http off": start_trireme(repo, ports["http off"], work / "off.log", extra_args=["--allow-http=false"]),
+    }
+    try:
+        for name, proc in procs.items():
+            wait_port(ports[name], proc)
+        time.sleep(2)
+        rows: dict[tuple[str, int], list[dict[str, float]]] = {}
+        for r in range(rounds):
+            order = list(ports) if r % 2 == 0 else list(reversed(ports))
+            for c in (1, 8):
+                for name in order:
+                    out = work / f"grpc-{name}-{c}-{r}.csv".replace(" ", "_")
+                    res = perf(ports[name], c, 16, out, "grpc", (procs[name].pid, ports[name]))
+                    rows.setdefault((name, c), []).append(res)
+                    print(f"round {r} grpc c={c} {name}: {res}", file=sys.stderr, flush=True)
+        print(
+            "\n| gRPC, 16 floats | c | HTTP listening infer/s | --allow-http=false infer/s | ratio (median of rounds) |"
+        )
+        print("|---|---|---|---|---|")
+        for c in (1, 8):
+            on, off = rows[("http on", c)], rows[("http off", c)]
+            ratio = statistics.median(a["ips"] / b["ips"] for a, b in zip(on, off, strict=True))
+            print(
+                f"| | {c} | {median(on, 'ips'):.0f} | {median(off, 'ips'):.0f} | {ratio:.2f} | "
+                f"{median(on, 'cpu'):.0f} / {median(off, 'cpu'):.0f} |"
+            )
+    finally:
+        stop(procs.values())
+
+
+def bench_probes(work: Path, repo: Path, rounds: int) -> None:
+    grpc_port, http_port = free_port(), free_port()
+    proc = start_trireme(repo, grpc_port, work / "probes.log", http_port=http_port)
+    try:
+        wait_port(http_port, proc)
+        time.sleep(2)
+        plain: list[dict[str, float]] = []
+        probed: list[dict[str, float]] = []
+        answers: list[ProbeLoop] = []
+        for r in range(rounds):
+            for with_probes in (False, True) if r % 2 == 0 else (True, False):
+                out = work / f"probes-{r}-{with_probes}.csv"
+                if with_probes:
+                    with ProbeLoop(http_port) as loop:
+                        probed.append(perf(http_port, 8, 16, out, server=(proc.pid, grpc_port)))
+                    answers.append(loop)
+                    print(f"round {r} probes: ok={loop.ok} bad={loop.bad[:3]}", file=sys.stderr, flush=True)
+                else:
+                    plain.append(perf(http_port, 8, 16, out, server=(proc.pid, grpc_port)))
+        ok = sum(a.ok for a in answers)
+        bad = [b for a in answers for b in a.bad]
+        lat = sorted(x for a in answers for x in a.latencies_ms)
+        ratio = statistics.median(a["ips"] / b["ips"] for a, b in zip(probed, plain, strict=True))
+        print(
+            "\n| HTTP c=8, 16 floats | infer/s without probes | with probes | ratio | probe answers ok / wrong | "
+            "probe p50 / max ms | server CPU µs/request without / with |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        print(
+            f"| | {median(plain, 'ips'):.0f} | {median(probed, 'ips'):.0f} | {ratio:.2f} | {ok} / {len(bad)} | "
+            f"{statistics.median(lat):.1f} / {max(lat):.1f} | "
+            f"{median(plain, 'cpu'):.0f} / {median(probed, 'cpu'):.0f} |"
+        )
+    finally:
+        stop([proc])
+
+
+def main(argv: Any = None) -> None:
+    """Run the chosen parts and print markdown tables."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--parts", nargs="+", default=["http", "grpc", "probes"], choices=["http", "grpc", "probes"])
+    ap.add_argument("--stability", default=" ".join(STABILITY), help="perf_analyzer -p/-s/-r arguments")
+    args = ap.parse_args(argv)
+    STABILITY[:] = args.stability.split()
+    work = Path(tempfile.mkdtemp(prefix="bench_http_"))
+    repo = work / "repo"
+    repo.mkdir()
+    shutil.copytree(ROOT / "service" / "example_models" / MODEL, repo / MODEL)
+    if "http" in args.parts:
+        bench_http(work, repo, args.rounds)
+    if "grpc" in args.parts:
+        bench_grpc_with_http(work, repo, args.rounds)
+    if "probes" in args.parts:
+        bench_probes(work, repo, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
