@@ -338,6 +338,19 @@ def test_decoupled_model_must_not_return_responses(server: ServerProcess, stream
     assert "send after return failed: Unable to send response. Response sender has been closed." in server.log()
 
 
+def test_decoupled_send_after_the_final_flag_is_refused(server: ServerProcess, stream: Stream) -> None:
+    text = "send after return failed: Unable to send response. Response sender has been closed."
+    before = server.log().count(text)
+    stream.send("sender_decoupled", sender_inputs(before=1, final_before=True, after=1), "r")
+    assert indexes(stream.collect_finals(1)) == [1000]
+    deadline = time.monotonic() + 10
+    while server.log().count(text) == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.log().count(text) == before + 1
+    time.sleep(0.3)
+    assert stream.events.empty()  # nothing after the final flag reached the client
+
+
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
