@@ -97,8 +97,10 @@ class CustomMetrics:
                 raise MetricsError(f"unknown metric request '{call.op}'")
         except MetricsError as e:
             reply.error = str(e)
-        if worker.transport is not None and not worker.transport.is_closing():
+        try:
             worker.send(reply)
+        except Exception:  # the worker is gone: nobody waits for the reply
+            log.debug("metric reply to '%s' not sent", worker.spec.instance_name, exc_info=True)
 
     def _on_update(self, worker: Any, update: ipc.MetricUpdate) -> None:
         try:
@@ -228,7 +230,7 @@ class CustomMetrics:
 
     def drop_exited(self) -> None:
         """Release everything held by workers whose process has exited (unloaded, or crashed and replaced)."""
-        for worker in [w for w in self._owners if w.proc is not None and w.proc.returncode is not None]:
+        for worker in [w for w in self._owners if w.exited]:
             owner = self._owners[worker]
             for handle, count in list(owner.series.items()):
                 self._release_series(worker, handle, count)

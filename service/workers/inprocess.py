@@ -27,6 +27,7 @@ from service.types import InferRequest
 from service.workers import ipc
 from service.workers.channel import WorkerChannel
 from service.workers.inprocess_mode import MODE_KEY
+from service.workers.pb_stub import metrics as pb_metrics
 from service.workers.pb_stub import triton_python_backend_utils as pb_utils
 from service.workers.process import InstanceSpec, WorkerProcess, shm_tensor_msg
 from service.workers.worker_main import Worker
@@ -122,6 +123,11 @@ class InProcessInstance(WorkerProcess):
         return None
 
     @property
+    def exited(self) -> bool:
+        """The instance thread has ended."""
+        return self._exited.done()
+
+    @property
     def can_send(self) -> bool:
         """Whether the instance thread is alive."""
         return self.alive and not self._exited.done()
@@ -161,6 +167,7 @@ class InProcessInstance(WorkerProcess):
 
             def adopt() -> None:  # this thread, and every thread the backend starts, calls BLS as this instance
                 BLS_ROUTER.local.client = worker.bls
+                pb_metrics.state.local.sink = worker.metrics  # and creates pb_utils metrics as this instance
 
             adopt()
             worker.thread_init = adopt

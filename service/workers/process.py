@@ -276,6 +276,11 @@ class WorkerProcess:
 
     # ---- traffic --------------------------------------------------------------------------------------
     @property
+    def exited(self) -> bool:
+        """The worker is gone for good (its channel closed): it will never send again."""
+        return self._closed.done()
+
+    @property
     def can_send(self) -> bool:
         """Whether the instance is alive and its channel open."""
         return self.alive and self.transport is not None and not self.transport.is_closing()

@@ -77,7 +77,7 @@ class Worker:
         self.bls = BlsClient(channel)  # pb_utils.runtime.bls: requests from this model to others
         self.thread_init: Any = None  # BackendContext.thread_init (set by in-process instances)
         self.metrics = ChannelMetricsSink(channel)  # pb_utils.MetricFamily / Metric
-        pb_metrics.state.sink = self.metrics
+        pb_metrics.state.local.sink = self.metrics  # this thread's (an in-process instance has one per thread)
         # replies (metric calls, BLS) may be awaited from initialize(), before serve() starts
         channel.on_message = self.on_message
 
@@ -308,6 +308,7 @@ def main() -> None:
         if first.log_verbose:
             logging.getLogger().setLevel(logging.DEBUG)
         worker = Worker(channel, first)
+        pb_metrics.state.default = worker.metrics  # threads the model starts itself use it too
         if len(sys.argv) > 2:
             CancelListener(socket.socket(fileno=int(sys.argv[2])), worker.on_message)
         worker.start()

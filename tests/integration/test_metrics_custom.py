@@ -19,12 +19,13 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
+        model = args["model_name"]
         self.requests = pb_utils.MetricFamily("app_requests", "Requests the model saw", pb_utils.MetricFamily.COUNTER)
-        self.counted = self.requests.Metric(labels={"model": "traffic", "kind": "all"})
+        self.counted = self.requests.Metric(labels={"model": model, "kind": "all"})
         self.gauges = pb_utils.MetricFamily("app_last_sum", "Sum of the last input", pb_utils.GAUGE)
-        self.last = self.gauges.Metric()
+        self.last = self.gauges.Metric(labels={"model": model})
         self.lengths = pb_utils.MetricFamily("app_input_length", "Input lengths", pb_utils.MetricFamily.HISTOGRAM)
-        self.length = self.lengths.Metric(labels={"model": "traffic"}, buckets=[1.0, 2.5, 5.0])
+        self.length = self.lengths.Metric(labels={"model": model}, buckets=[1.0, 2.5, 5.0])
 
     def execute(self, requests):
         responses = []
@@ -146,18 +147,20 @@ class TritonPythonModel:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("repo")
-    write_model(
-        repo,
-        "traffic",
-        """
-        name: "traffic"
-        backend: "python"
-        input { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] }
-        output { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }
-        instance_group { count: 2 kind: KIND_CPU }
-        """,
-        TRAFFIC_MODEL,
-    )
+    for name, mode in (("traffic", "process"), ("traffic_inproc", "in_process")):
+        write_model(
+            repo,
+            name,
+            f"""
+            name: "{name}"
+            backend: "python"
+            input {{ name: "IN" data_type: TYPE_FP32 dims: [ -1 ] }}
+            output {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }}
+            instance_group {{ count: 2 kind: KIND_CPU }}
+            parameters {{ key: "TRIREME_INSTANCE_MODE" value: {{ string_value: "{mode}" }} }}
+            """,
+            TRAFFIC_MODEL,
+        )
     write_model(
         repo,
         "metrics_api",
@@ -173,7 +176,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield srv
 
 
-def test_model_metrics_follow_the_traffic(server: ServerProcess) -> None:
+@pytest.mark.parametrize("model", ["traffic", "traffic_inproc"])
+def test_model_metrics_follow_the_traffic(server: ServerProcess, model: str) -> None:
     client = grpcclient.InferenceServerClient(server.url)
     lengths = [1, 2, 3, 6, 2, 10]
     totals = []
@@ -181,16 +185,16 @@ def test_model_metrics_follow_the_traffic(server: ServerProcess) -> None:
         x = np.arange(n, dtype=np.float32)
         t = grpcclient.InferInput("IN", [n], "FP32")
         t.set_data_from_numpy(x)
-        totals.append(float(client.infer("traffic", [t]).as_numpy("OUT")[0]))
+        totals.append(float(client.infer(model, [t]).as_numpy("OUT")[0]))
     client.close()
     # value() reads the server's value: both instances add to the same metric
     assert totals == [1, 2, 3, 4, 5, 6]
     m = scrape(server.metrics_url)
     assert m.families["app_requests"].documentation == "Requests the model saw"
     assert m.families["app_requests"].type == "counter"
-    assert m.value("app_requests", model="traffic", kind="all") == len(lengths)
-    assert m.value("app_last_sum") == float(sum(range(10)))
-    labels = {"model": "traffic"}
+    assert m.value("app_requests", model=model, kind="all") == len(lengths)
+    assert m.value("app_last_sum", model=model) == float(sum(range(10)))
+    labels = {"model": model}
     assert m.value("app_input_length_count", **labels) == len(lengths)
     assert m.value("app_input_length_sum", **labels) == sum(lengths)
     assert m.value("app_input_length_bucket", le="1", **labels) == 1

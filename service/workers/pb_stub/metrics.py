@@ -48,9 +48,17 @@ class MetricsSink:
 
 
 class _State:
-    """The installed sink (the worker replaces it with a channel-backed one)."""
+    """Where metric requests go: the calling thread's sink (in-process instances: one per instance thread),
+    else the process's (a worker process has one instance); installed by the worker."""
 
-    sink: MetricsSink = MetricsSink()
+    def __init__(self) -> None:
+        self.default = MetricsSink()
+        self.local = threading.local()
+
+    @property
+    def sink(self) -> MetricsSink:
+        """The sink of the calling thread."""
+        return getattr(self.local, "sink", None) or self.default
 
 
 state = _State()
@@ -69,9 +77,9 @@ def _error(message: str) -> Exception:
     return TritonModelException(message)
 
 
-def _call(op: str, **fields: Any) -> Any:
+def _call(op: str, sink: MetricsSink | None = None, **fields: Any) -> Any:
     try:
-        return state.sink.call(op, **fields)
+        return (sink or state.sink).call(op, **fields)
     except RuntimeError as e:
         raise _error(_CALL_ERRORS[op] + str(e)) from None
 
@@ -95,9 +103,9 @@ class Metric:
             buckets = values
         else:
             buckets = None  # only histograms have buckets
-        reply = _call("metric", handle=family._handle, labels=labels, buckets=buckets)
+        self._sink = family._sink  # the metric belongs to its family's instance, whichever thread uses it
+        reply = _call("metric", self._sink, handle=family._handle, labels=labels, buckets=buckets)
         self._handle = reply.handle
-        self._sink = state.sink
         family._metrics.add(self)
 
     def _check(self, action: str) -> None:
@@ -137,7 +145,7 @@ class Metric:
         self._check("get")
         if self._kind == HISTOGRAM:
             raise _error("Failed to get metric value: histogram metrics have no single value")
-        return float(_call("value", handle=self._handle).value)
+        return float(_call("value", self._sink, handle=self._handle).value)
 
     def _clear(self) -> None:
         if not self._cleared and self._handle:
@@ -164,9 +172,9 @@ class MetricFamily:
         self.name = name
         self.description = description
         self.kind = kind
-        reply = _call("family", name=str(name), description=str(description), kind=int(kind))
-        self._handle = reply.handle
         self._sink = state.sink
+        reply = _call("family", self._sink, name=str(name), description=str(description), kind=int(kind))
+        self._handle = reply.handle
 
     def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:
         """A metric of this family with these labels (the same labels give the same underlying metric)."""
