@@ -23,6 +23,9 @@ def _reexec_with_malloc_tuning() -> None:
 def main() -> None:
     """Parse flags and run the server until SIGINT/SIGTERM."""
     _reexec_with_malloc_tuning()
+    # Workers are started with fork+exec while gRPC threads run. gRPC's fork handlers (for children that go on
+    # using gRPC, which workers never do) then crash some children between fork and exec (SIGSEGV): off.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from service.config import parse_args
     from service.server import run
 

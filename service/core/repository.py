@@ -39,6 +39,7 @@ log = logging.getLogger("trireme.repository")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
 UNLOADED = "unloaded"
+FINALIZE_TIMEOUT_S = 10.0  # how long an idle instance's finalize() may take before it is killed
 
 
 @dataclass(slots=True, eq=False)
@@ -376,9 +377,10 @@ class ModelRepository:
         self._leaving.add(mv)
         timeout = self.options.unload_timeout_s
         try:
-            if mv.scheduler is not None and not await mv.scheduler.drain(timeout):
+            drained = mv.scheduler is None or await mv.scheduler.drain(timeout)
+            if not drained:
                 log.warning(
-                    "'%s' version %d still had requests in flight after %.0f s; stopping it anyway",
+                    "'%s' version %d still had requests in flight after %g s; stopping it anyway",
                     mv.name,
                     mv.version,
                     timeout,
@@ -387,6 +389,7 @@ class ModelRepository:
                 mv,
                 f"model '{mv.name}' version {mv.version} was unloaded before the request finished "
                 f"(unload timeout {timeout:g} s)",
+                FINALIZE_TIMEOUT_S if drained else 1.0,  # busy past the timeout: stop it now
             )
         finally:
             self._leaving.discard(mv)
@@ -394,11 +397,11 @@ class ModelRepository:
             mv.state, mv.reason = UNAVAILABLE, UNLOADED
         log.info("successfully unloaded '%s' version %d", mv.name, mv.version)
 
-    async def _stop_version(self, mv: ModelVersion, reason: str = "") -> None:
+    async def _stop_version(self, mv: ModelVersion, reason: str = "", timeout_s: float = FINALIZE_TIMEOUT_S) -> None:
         if mv.scheduler is not None:
             await mv.scheduler.stop()
         if mv.pool is not None:
-            await mv.pool.stop(reason=reason)
+            await mv.pool.stop(timeout_s, reason)
 
     async def stop(self) -> None:
         """Unload everything."""

@@ -41,6 +41,7 @@ class InstancePool:
         results = await asyncio.gather(*(w.start() for w in workers), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
+            self._stopping = True  # the instances that did start are stopped, not restarted
             await asyncio.gather(*(w.stop(1.0) for w in workers), return_exceptions=True)
             raise errors[0]
         self.workers = workers
