@@ -66,6 +66,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     write_model(repo, "batched", _config("batched", "dynamic_batching { max_queue_delay_microseconds: 1500000 }"),
                 HOLD_MODEL)  # fmt: skip
     write_model(repo, "stream", _config("stream", "model_transaction_policy { decoupled: true }", 0), STREAM_MODEL)
+    timeout_policy = "default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 50000 }"
+    write_model(repo, "timeouts", _config("timeouts", f"dynamic_batching {{ {timeout_policy} }}", 1), HOLD_MODEL)
     args = ["--metrics-config", "summary_latencies=true", "--metrics-config", "histogram_latencies=true"]
     with running_server([repo], tmp_path_factory.mktemp("log") / "server.log", args) as srv:
         yield srv
@@ -170,6 +172,30 @@ def test_batched_counts_and_pending_gauge(server: ServerProcess, client: grpccli
     # each request queued for about the 1.5 s delay
     assert m.value("trireme_queue_duration_seconds_bucket", le="1", **labels) == 0
     assert m.value("trireme_queue_duration_seconds_bucket", le="2.5", **labels) == 3
+
+
+def test_failure_reasons_rejected_and_canceled(server: ServerProcess, client: grpcclient.InferenceServerClient) -> None:
+    done: list[Any] = []
+    data = _fp32("IN", np.ones((1, 4), np.float32))
+    client.async_infer("timeouts", [data], lambda result, error: done.append(error))  # runs for 0.3 s
+    time.sleep(0.1)
+    with pytest.raises(InferenceServerException, match="Request timeout expired"):  # waits behind it: times out
+        client.infer("timeouts", [data])
+    call = client.async_infer("batched", [data], lambda result, error: done.append(error))  # waits out 1.5 s
+    time.sleep(0.3)
+    call.cancel()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = scrape(server.metrics_url)
+        if m.value("nv_inference_request_failure", model="batched", version="1", reason="CANCELED") == 1:
+            break
+        time.sleep(0.1)
+    timeouts = {"model": "timeouts", "version": "1"}
+    assert m.value("nv_inference_request_failure", reason="REJECTED", **timeouts) == 1
+    assert m.value("nv_inference_request_success", **timeouts) == 1
+    assert m.value("nv_inference_request_failure", reason="CANCELED", model="batched", version="1") == 1
+    for reason in ("BACKEND", "OTHER"):
+        assert m.value("nv_inference_request_failure", reason=reason, model="batched", version="1") == 0
 
 
 def test_first_response_histograms_for_decoupled_models(
