@@ -17,6 +17,7 @@ section "Scheduler";                run $PY tests/bench/bench_batching.py --roun
 section "Framework backends";       run $PY tests/bench/bench_torch.py --rounds 3
 section "BLS";                      run $PY tests/bench/bench_bls.py --rounds 3
 section "Metrics endpoint";         run $PY tests/bench/bench_metrics.py --pairs 20
+section "Model changes under load"; run $PY tests/bench/bench_reload.py
 section "load/: trireme-perf vs perf_analyzer"
 run $PY -m load crosscheck --server trireme -m identity_fp32 --concurrency 1,4 --rounds 5 -p 3000
 echo "wrote $OUT" >&2
