@@ -10,6 +10,7 @@ from protos import grpc_service_pb2 as pb
 from service.core.engine import IndexEntry, ModelMetadata
 from service.core.stats import Duration, ModelStats
 from service.errors import ErrorCode, ServiceError, invalid_arg
+from service.frontend.grpc_large import SplitRequest
 from service.types import (
     FLAG_SEQUENCE_END,
     FLAG_SEQUENCE_START,
@@ -187,12 +188,19 @@ def _typed_contents(t: pb.ModelInferRequest.InferInputTensor, model: str) -> byt
     return np.asarray(values).astype(DATATYPE_TO_NUMPY[t.datatype], copy=False).tobytes()
 
 
-def decode_infer_request(msg: pb.ModelInferRequest) -> InferRequest:
-    """ModelInferRequest -> InferRequest (request-level errors raise ServiceError INVALID_ARG)."""
+def decode_infer_request(msg: pb.ModelInferRequest | SplitRequest) -> InferRequest:
+    """ModelInferRequest -> InferRequest (request-level errors raise ServiceError INVALID_ARG).
+
+    A large request arrives split (grpc_large.SplitRequest): its raw contents are views, never copied."""
+    raws: Any
+    if isinstance(msg, SplitRequest):
+        raws = msg.raws
+        msg = msg.msg
+    else:
+        raws = msg.raw_input_contents
     req = InferRequest(msg.model_name, msg.model_version, msg.id)
     if msg.parameters:
         _request_params(msg, req)
-    raws = msg.raw_input_contents
     raw_count = len(raws)
     raw_index = 0
     inputs = req.inputs

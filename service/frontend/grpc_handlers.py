@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError
 
 from protos import grpc_service_pb2 as pb
 from protos import health_pb2
+from service.frontend import grpc_large
 from service.frontend.grpc_codec import UNPARSABLE
 from service.security_config import RestrictedApi
 
@@ -157,6 +158,9 @@ def inference_handlers(servicer: Any, factory: HandlerFactory) -> dict[str, Any]
         response_cls = getattr(pb, method.output_type.name)
         behavior = getattr(servicer, method.name)
         make = factory.stream if method.client_streaming else factory.unary
+        if method.name == "ModelInfer":  # large messages are split / serialised without protobuf copies
+            handlers[method.name] = make(method.name, behavior, grpc_large.parse_request, grpc_large.serialize)
+            continue
         handlers[method.name] = make(method.name, behavior, request_cls.FromString, response_cls.SerializeToString)
     return handlers
 

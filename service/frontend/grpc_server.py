@@ -17,7 +17,7 @@ from service.core.engine import Engine
 from service.core.tracer import Trace
 from service.errors import ErrorCode, ServiceError
 from service.frontend import grpc_codec as codec
-from service.frontend import grpc_stream
+from service.frontend import grpc_large, grpc_stream
 from service.frontend.grpc_handlers import (
     HEALTH_SERVICE,
     INFERENCE_SERVICE,
@@ -133,6 +133,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             await _abort(context, e)
         if response.error is not None:
             await _abort(context, response.error)
+        if grpc_large.response_bytes(response) > grpc_large.LARGE_BYTES:
+            return await grpc_large.serialize_large(response)  # type: ignore[return-value] # bytes, see serialize
         return codec.encode_infer_response(response)
 
     async def _traced_infer(

@@ -11,9 +11,13 @@ import signal
 import socket
 import sys
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, OutputTensor, ShmRef
@@ -89,6 +93,14 @@ def shm_tensor_msg(name: str, datatype: str, shape: list[int], ref: ShmRef) -> i
     )
 
 
+THREAD_COPY_BYTES = 4 << 20  # inputs this large are copied into the arena by a thread, off the event loop
+
+
+def _copy_into(copies: list[tuple[memoryview, Any]]) -> None:
+    for target, data in copies:
+        np.copyto(np.frombuffer(target, np.uint8), np.frombuffer(data, np.uint8))
+
+
 class _WorkerProtocol(asyncio.Protocol):
     """Parses frames from the worker socket and hands them to the WorkerProcess synchronously."""
 
@@ -137,6 +149,8 @@ class WorkerProcess:
         self._idle: asyncio.Future[None] | None = None  # set by wait_idle(): resolved when nothing is in flight
         self.retired = ""  # why the instance takes no new work (unload, instance update); "" while serving
         self.uses_bls = False  # set once the instance made a BLS call (the scheduler stops pipelining to it)
+        self._deferred: list[tuple[memoryview, Any]] = []  # (arena view, data) copies of the batch being built
+        self._backlog: deque[tuple[ipc.Execute, list[tuple[memoryview, Any]]]] = deque()  # frames waiting on copies
         self.bytes_copied = 0  # input payload bytes copied to this worker, arena or inline (zero-copy accounting)
         self.message_handlers: dict[type, Callable[[Any], None]] = {}
         if spec.attach is not None:
@@ -309,7 +323,14 @@ class WorkerProcess:
             self.inflight[rid] = _Inflight(req, offsets)
             rids.append(rid)
         self.batches[batch_id] = (rids, on_done)
-        self.send(ipc.Execute(batch_id, messages))
+        frame = ipc.Execute(batch_id, messages)
+        if self._deferred or self._backlog:
+            self._backlog.append((frame, self._deferred))
+            self._deferred = []
+            if len(self._backlog) == 1:
+                self._send_backlog()
+        else:
+            self.send(frame)
         if batch[0].stamps is not None:
             sent = time.monotonic_ns()
             for req in batch:
@@ -320,6 +341,20 @@ class WorkerProcess:
         if self.in_alloc is not None:
             for off in offsets:
                 self.in_alloc.free(off)
+
+    def _send_backlog(self) -> None:
+        """Send queued frames in order; a frame with large inputs waits for their copy on a thread (numpy
+        releases the GIL while copying, so the event loop keeps serving other clients meanwhile)."""
+        while self._backlog:
+            frame, copies = self._backlog[0]
+            if copies:
+                self._backlog[0] = (frame, [])
+                future = asyncio.get_running_loop().run_in_executor(None, _copy_into, copies)
+                future.add_done_callback(lambda f: self._send_backlog())
+                return
+            self._backlog.popleft()
+            if self.can_send:
+                self.send(frame)
 
     def _request_message(self, rid: int, req: InferRequest, offsets: list[int]) -> ipc.RequestMsg:
         tensors = []
@@ -336,7 +371,10 @@ class WorkerProcess:
                 continue
             assert self.in_alloc is not None and self.in_arena is not None
             off = self.in_alloc.alloc(n)  # grows the arena when full
-            self.in_arena.buffer[off : off + n] = data
+            if n >= THREAD_COPY_BYTES:  # copied by a thread before the frame goes out (see execute)
+                self._deferred.append((self.in_arena.buffer[off : off + n], data))
+            else:
+                self.in_arena.buffer[off : off + n] = data
             offsets.append(off)
             tensors.append(ipc.TensorMsg(t.name, t.datatype, t.shape, ipc.WHERE_ARENA, offset=off, nbytes=n))
         outputs = []
@@ -426,6 +464,8 @@ class WorkerProcess:
         for t in tensors:
             if t.where == ipc.WHERE_INLINE:
                 out.append(OutputTensor(t.name, t.datatype, t.shape, t.data))
+            elif t.where == ipc.WHERE_ARENA and t.nbytes >= THREAD_COPY_BYTES:
+                out.append(OutputTensor(t.name, t.datatype, t.shape, self._arena_output(t.offset, t.nbytes)))
             elif t.where == ipc.WHERE_ARENA:
                 assert self.out_arena is not None
                 out.append(
@@ -442,6 +482,23 @@ class WorkerProcess:
         if release:
             self.send(ipc.Release(release))
         return out
+
+    def _arena_output(self, offset: int, nbytes: int) -> memoryview:
+        """A large output as an array over the output arena (no copy on the event loop): its block goes back
+        to the worker once the last reference to the array is gone (after the response was serialised)."""
+        assert self.out_arena is not None
+        array = np.frombuffer(self.out_arena.buffer[offset : offset + nbytes], np.uint8)
+        weakref.finalize(array, self._release_soon, asyncio.get_running_loop(), offset)
+        return array.data  # keeps the array (and so the block) alive as long as it is referenced
+
+    def _release_soon(self, loop: asyncio.AbstractEventLoop, offset: int) -> None:
+        """Hand an output-arena block back to the worker, from whichever thread dropped the last view."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone too
+            loop.call_soon_threadsafe(self._release_now, offset)
+
+    def _release_now(self, offset: int) -> None:
+        if self.can_send:
+            self.send(ipc.Release([offset]))
 
     def on_connection_lost(self) -> None:
         """The worker exited or crashed: stop using it now; fail its requests once its exit status is known."""
