@@ -213,7 +213,14 @@ class Server:
         ]
         self.metrics = MetricsService(collectors, sampler, config.metrics_interval_ms)
         self.metrics_address = config.metrics_address or config.http_address or "0.0.0.0"
-        await self.metrics.start(self.metrics_address, config.metrics_port)
+        try:
+            await self.metrics.start(self.metrics_address, config.metrics_port)
+        except OSError as e:
+            raise OSError(
+                e.errno,
+                f"failed to start Metrics Service at {self.metrics_address}:{config.metrics_port}: {e.strerror} "
+                "(pick another --metrics-port, or --allow-metrics=false)",
+            ) from None
 
     def request_stop(self) -> None:
         """Begin an orderly shutdown (signal handler)."""

@@ -264,3 +264,16 @@ def test_response_cache_counters(tmp_path: Path, start_server: Any) -> None:
     assert m.value("nv_inference_exec_count", **labels) == 1  # hits never reach the model
     assert m.value("nv_inference_request_success", **labels) == 3
     assert m.value("nv_cache_hit_duration_per_model", **labels) >= 0
+
+
+def test_busy_metrics_port_is_a_clear_start_error(tmp_path: Path, start_server: Any) -> None:
+    repo = tmp_path / "repo"
+    copy_example(repo, "identity_fp32")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = start_server([repo], ["--metrics-port", str(port)], wait=False)
+        assert server.proc.wait(60) == 1
+    assert f"failed to start Metrics Service at 127.0.0.1:{port}" in server.log()
+    assert "--allow-metrics=false" in server.log()
