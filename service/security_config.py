@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import ssl
 from dataclasses import dataclass, field
 
 
@@ -78,6 +79,17 @@ GRPC_CHANNEL_FLAGS = {
 
 
 @dataclass(slots=True)
+class HttpTls:
+    """HTTPS for the HTTP front end (our flags; Triton serves plain HTTP only)."""
+
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False
+    server_cert: str = ""
+    server_key: str = ""
+    root_cert: str = ""
+
+
+@dataclass(slots=True)
 class GrpcSettings:
     """How the gRPC front end listens: TLS, restricted API groups, connection options, stream buffering."""
 
@@ -143,6 +155,28 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
         metavar = "BOOL" if kind is _bool else "MS" if "ping" not in flag or "interval" in flag else "N"
         p.add_argument("--" + flag.replace("_", "-"), type=kind, default=None, metavar=metavar, help=meaning)
     p.add_argument(
+        "--http-use-ssl",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="Trireme only: serve HTTP over TLS (HTTPS) with --http-server-cert and --http-server-key (false)",
+    )
+    p.add_argument(
+        "--http-use-ssl-mutual",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="Trireme only: HTTPS with client certificates signed by --http-root-cert (false)",
+    )
+    p.add_argument("--http-server-cert", default="", metavar="FILE", help="Trireme only: PEM certificate for HTTPS")
+    p.add_argument("--http-server-key", default="", metavar="FILE", help="Trireme only: PEM private key for HTTPS")
+    p.add_argument(
+        "--http-root-cert",
+        default="",
+        metavar="FILE",
+        help="Trireme only: PEM CA of HTTPS client certificates",
+    )
+    p.add_argument(
         "--grpc-stream-buffer-bytes",
         type=int,
         default=64 << 20,
@@ -181,3 +215,33 @@ def grpc_settings(args: argparse.Namespace) -> GrpcSettings:
         },
         stream_buffer_bytes=max(0, args.grpc_stream_buffer_bytes),
     )
+
+
+def http_tls(args: argparse.Namespace) -> HttpTls:
+    """HttpTls from the parsed flags."""
+    return HttpTls(
+        use_ssl=args.http_use_ssl or args.http_use_ssl_mutual,
+        use_ssl_mutual=args.http_use_ssl_mutual,
+        server_cert=args.http_server_cert,
+        server_key=args.http_server_key,
+        root_cert=args.http_root_cert,
+    )
+
+
+def http_ssl_context(tls: HttpTls) -> ssl.SSLContext | None:
+    """The server-side TLS context for HTTPS (None: plain HTTP); OSError names the flag that is missing."""
+    if not tls.use_ssl:
+        return None
+    if not tls.server_cert or not tls.server_key:
+        raise OSError("--http-use-ssl needs --http-server-cert and --http-server-key")
+    if tls.use_ssl_mutual and not tls.root_cert:
+        raise OSError("--http-use-ssl-mutual needs --http-root-cert (the CA that signs client certificates)")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(tls.server_cert, tls.server_key)
+        if tls.root_cert:
+            context.load_verify_locations(tls.root_cert)
+    except (OSError, ssl.SSLError) as e:
+        raise OSError(f"unable to load the HTTPS certificate or key: {e}") from None
+    context.verify_mode = ssl.CERT_REQUIRED if tls.use_ssl_mutual else ssl.CERT_NONE
+    return context

@@ -30,6 +30,7 @@ from service.examples import missing_example_lines
 from service.frontend.grpc_server import build_grpc_server
 from service.frontend.http_server import HttpFrontend, HttpOptions
 from service.frontend.metrics_http import Collector, MetricsService
+from service.security_config import http_ssl_context
 from service.workers.arena import SEGMENT_PREFIX
 from shm.registry import SharedMemoryRegistry
 
@@ -196,6 +197,7 @@ class Server:
             reuse_port=self.config.reuse_http_port,
             shutdown_timeout_s=self.config.exit_timeout_secs,
             restricted=list(self.config.http_restricted),
+            ssl_context=http_ssl_context(self.config.http_tls),
         )
         self.http = HttpFrontend(self.engine, options)
         return await self.http.start()

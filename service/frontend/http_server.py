@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ class HttpOptions:
     reuse_port: bool = False
     shutdown_timeout_s: float = 30.0
     restricted: list[RestrictedApi] = field(default_factory=list)  # --http-restricted-api rules
+    ssl_context: ssl.SSLContext | None = None  # HTTPS (--http-use-ssl); None: plain HTTP
 
 
 class HttpFrontend:
@@ -116,7 +118,7 @@ class HttpFrontend:
             self.build_app(), access_log=None, handle_signals=False, shutdown_timeout=opts.shutdown_timeout_s
         )
         await self._runner.setup()
-        await web.SockSite(self._runner, sock, backlog=1024).start()
+        await web.SockSite(self._runner, sock, backlog=1024, ssl_context=opts.ssl_context).start()
         self.port = int(sock.getsockname()[1])
         return self.port
 

@@ -1,5 +1,6 @@
-"""--grpc-restricted-protocol: every RPC of every API group needs its group's header; without it the call gets
-Triton's UNAVAILABLE "This protocol is restricted, expecting header '...'"."""
+"""--grpc-restricted-protocol / --http-restricted-api: every RPC and path of every API group needs its group's
+header; without it the call gets Triton's answer (gRPC UNAVAILABLE "This protocol is restricted, expecting header
+'...'", HTTP 403 {"error": "This API is restricted, expecting header '...'"})."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
@@ -67,6 +69,7 @@ def _header(group: str) -> str:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     args = [f"--grpc-restricted-protocol={g}:key-{g}=secret-{g}" for g in GROUPS]
+    args += [f"--http-restricted-api={g}:key-{g}=secret-{g}" for g in GROUPS]
     log = tmp_path_factory.mktemp("srv") / "server.log"
     with running_server([EXAMPLE_REPO], log, [*args, "--model-control-mode=explicit", "--load-model=*"]) as s:
         yield s
@@ -104,6 +107,46 @@ def test_every_rpc_of_the_group_needs_its_header(server: ServerProcess, group: s
             check = channel.unary_unary("/grpc.health.v1.Health/Check")
             assert _call(check, b"") == _restricted(group)
             assert _call(check, b"", [(_header(group), "secret-health")]) == (grpc.StatusCode.OK, "")
+
+
+INFER_BODY = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}]}
+HTTP_CALLS: dict[str, list[tuple[str, str, Any]]] = {
+    "health": [
+        ("GET", "/v2/health/live", None),
+        ("GET", "/v2/health/ready", None),
+        ("GET", "/v2/models/identity_fp32/ready", None),
+        ("GET", "/v2/models/identity_fp32/versions/1/ready", None),
+    ],
+    "metadata": [("GET", "/v2", None), ("GET", "/v2/models/identity_fp32", None)],
+    "inference": [("POST", "/v2/models/identity_fp32/infer", INFER_BODY)],
+    "shared-memory": [
+        ("GET", "/v2/systemsharedmemory/status", None),
+        ("GET", "/v2/cudasharedmemory/status", None),
+        ("POST", "/v2/systemsharedmemory/unregister", None),
+        ("POST", "/v2/cudasharedmemory/unregister", None),
+    ],
+    "model-config": [("GET", "/v2/models/identity_fp32/config", None)],
+    "model-repository": [
+        ("POST", "/v2/repository/index", None),
+        ("POST", "/v2/repository/models/no_such_model/unload", None),
+    ],
+    "statistics": [("GET", "/v2/models/stats", None), ("GET", "/v2/models/identity_fp32/stats", None)],
+    "trace": [("GET", "/v2/trace/setting", None)],
+    "logging": [("GET", "/v2/logging", None)],
+}
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_http_path_of_the_group_needs_its_header(server: ServerProcess, group: str) -> None:
+    other = GROUPS[(GROUPS.index(group) + 1) % len(GROUPS)]
+    for method, path, body in HTTP_CALLS[group]:
+        url = f"http://{server.http_url}{path}"
+        for headers in (None, {f"key-{group}": "wrong"}, {f"key-{other}": f"secret-{other}"}):
+            r = requests.request(method, url, json=body, headers=headers, timeout=30)
+            assert r.status_code == 403, (path, headers)
+            assert r.json() == {"error": f"This API is restricted, expecting header 'key-{group}'"}
+        r = requests.request(method, url, json=body, headers={f"key-{group}": f"secret-{group}"}, timeout=30)
+        assert r.status_code != 403 and "restricted" not in r.text, (path, r.status_code, r.text)
 
 
 def _put(results: queue.Queue[Any], result: Any, error: Any) -> None:
