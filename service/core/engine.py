@@ -339,10 +339,13 @@ class Engine:
         if request not in self._shm_holds:
             return
         deliver = request.on_response
+        owner: InferRequest | None = request  # dropped on the final response: no request <-> closure cycle
 
         def on_response(response: InferResponse) -> None:
-            if response.final:
-                self.release_shm(request)
+            nonlocal owner
+            if response.final and owner is not None:
+                self.release_shm(owner)
+                owner = None
             if deliver is not None:
                 deliver(response)
 

@@ -56,6 +56,15 @@ class LoopClock:
         return self.loop.call_later(delay_s, callback)
 
 
+class _Finished:
+    """Stands in for a finished request inside its response wrapper (see Scheduler.track)."""
+
+    arrival_ns = 0
+
+
+_FINISHED: Any = _Finished()
+
+
 class _Track:
     """Per-request bookkeeping a scheduler keeps in `InferRequest.context`."""
 
@@ -200,6 +209,7 @@ class InstanceScheduler(Scheduler):
         first = stats.first_response_latency if stats.decoupled else None
 
         def on_response(response: InferResponse) -> None:
+            nonlocal request
             if response.error is not None and not track.failed:
                 track.failed = True
                 track.error = response.error
@@ -216,6 +226,9 @@ class InstanceScheduler(Scheduler):
                     stats.record_end(False, now_ns() - request.arrival_ns, failure_reason(track))
                 else:
                     stats.record_end(True, now_ns() - request.arrival_ns)
+                # the request refers to this closure: dropping the closure's reference breaks the cycle, so a
+                # finished request (and its tensors) is freed at once rather than by a later garbage collection
+                request = _FINISHED
             if deliver is not None:
                 deliver(response)
 

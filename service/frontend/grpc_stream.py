@@ -272,6 +272,11 @@ async def serve_stream(
     try:
         await session.write_all()
         done = session.failure is None
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # a write failed: the client cancelled or went away; nothing is left to tell it
+        log.debug("stream write failed (client gone): %r", e)
+        return
     finally:
         if not done:
             session.cancel_all()
