@@ -15,7 +15,6 @@ Prints a markdown table (medians over rounds), then the in-process cost of the c
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -28,18 +27,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.servers import free_port, perf_analyzer, start_trireme, stop, wait_started  # noqa: E402
+from tests.bench.bench_batching import SLEEP_MODEL  # noqa: E402
+from tests.bench.servers import (  # noqa: E402
+    free_port,
+    perf_analyzer,
+    rounds_and_attempts,
+    start_trireme,
+    stop,
+    wait_started,
+)
 
-SLEEP_MODEL = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep({seconds})
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
-                .as_numpy())]) for r in requests]
-"""
 CONFIG = """
 name: "{name}"
 backend: "python"
@@ -73,11 +70,7 @@ def distinct_inputs(path: Path) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--stability", default="-p 3000 -s 20 -r 20")
-    args = ap.parse_args()
-    attempts = [args.stability.split(), ["-p", "3000", "-s", "50", "-r", "10"]]
+    args, attempts = rounds_and_attempts(__doc__)
     scenarios = [
         ("sleep5_cached", 1, []),
         ("sleep5_plain", 1, []),

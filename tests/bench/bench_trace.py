@@ -11,7 +11,6 @@ with the TraceSetting RPC. Prints infer/s medians and the same-round ratios to "
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -20,7 +19,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.servers import free_port, perf_analyzer, start_trireme, stop, wait_started  # noqa: E402
+from tests.bench.servers import (  # noqa: E402
+    free_port,
+    perf_analyzer,
+    rounds_and_attempts,
+    start_trireme,
+    stop,
+    wait_started,
+)
 
 MODEL = "identity_fp32"
 SETTINGS = {
@@ -33,11 +39,7 @@ SETTINGS = {
 def main() -> None:
     import tritonclient.grpc as grpcclient
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--stability", default="-p 3000 -s 20 -r 20")
-    args = ap.parse_args()
-    attempts = [args.stability.split(), ["-p", "3000", "-s", "50", "-r", "10"]]
+    args, attempts = rounds_and_attempts(__doc__)
     results: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

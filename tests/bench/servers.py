@@ -7,6 +7,7 @@ tools/install-triton-tools.sh (`$ANCHORS/bin`, default /tmp/trireme-anchors/bin)
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import signal
@@ -136,6 +137,17 @@ def perf_analyzer(
                 return next(csv.DictReader(f))
     assert res is not None, "no perf_analyzer attempt"
     raise RuntimeError(f"perf_analyzer failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+
+
+def rounds_and_attempts(doc: str | None) -> tuple[argparse.Namespace, list[list[str]]]:
+    """The usual `--rounds` / `--stability` command line of a benchmark script, and the perf_analyzer flag sets
+    to try in turn: the given stability first, then looser ones for a busy machine."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stability", default="-p 3000 -s 20 -r 20")
+    args = ap.parse_args()
+    attempts = [args.stability.split(), ["-p", "3000", "-s", "50", "-r", "10"], ["-p", "2000", "-s", "100", "-r", "4"]]
+    return args, attempts
 
 
 def inference_counts(port: int, model: str) -> tuple[int, int]:
