@@ -5,6 +5,7 @@ model.py, a new version folder under `latest { num_versions: 1 }`, instance coun
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -173,4 +174,48 @@ def test_poll_mode_new_version_folder_with_latest_1(polled: Any) -> None:
         time.sleep(0.1)
     assert rows == {("1", "UNAVAILABLE", "unloaded"), ("2", "READY", "")}
     assert len(server.worker_pids()) == 1
+    client.close()
+
+
+def _wait_index(client: grpcclient.InferenceServerClient, want: set[tuple[str, str, str]]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = {(m.name, m.version, m.state) for m in client.get_model_repository_index().models}
+        if rows == want:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"index {rows} != {want}")
+
+
+def test_poll_mode_adds_updates_and_removes_models(polled: Any) -> None:
+    repo, server = polled
+    client = grpcclient.InferenceServerClient(server.url)
+    load = SteadyLoad(server.url, MODEL, unary=2, streams=0).start()
+    load.wait_answers(5)
+    pid = {o.value[2] for o in load.outcomes if o.value is not None}
+    # a comment in config.pbtxt changes the file, not the config: nothing restarts
+    (repo / MODEL / "config.pbtxt").write_text(tagged_config(MODEL) + "# a comment\n")
+    # a new model folder is loaded
+    (repo / "second" / "1").mkdir(parents=True)
+    (repo / "second" / "1" / "model.py").write_text(tagged_model(7))
+    (repo / "second" / "config.pbtxt").write_text(tagged_config("second"))
+    _wait_index(client, {(MODEL, "1", "READY"), ("second", "1", "READY")})
+    # instance count 1 -> 2 through the file: an update, the first instance stays
+    (repo / MODEL / "config.pbtxt").write_text(tagged_config(MODEL, count=2))
+    deadline = time.monotonic() + 30
+    while client.get_model_config(MODEL).config.instance_group[0].count != 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.get_model_config(MODEL).config.instance_group[0].count == 2
+    load.wait_answers(40)
+    # the folder goes: the model is unloaded and leaves the index
+    shutil.rmtree(repo / "second")
+    _wait_index(client, {(MODEL, "1", "READY")})
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("second", [])
+    assert info.value.status() == "StatusCode.NOT_FOUND"
+    outcomes = load.stop()
+    assert not load.failures() and load.lost() == 0
+    pids = {o.value[2] for o in outcomes if o.value is not None}
+    assert pid <= pids and len(pids) == 2  # the original instance served throughout; one more joined
+    assert len(server.worker_pids()) == 2
     client.close()

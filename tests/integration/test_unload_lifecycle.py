@@ -148,3 +148,80 @@ def test_load_unload_cycles_leave_nothing_behind(explicit: Any) -> None:
 @pytest.mark.slow
 def test_50_load_unload_cycles_leave_nothing_behind(explicit: Any) -> None:
     _check_leaks(explicit, 50)
+
+
+ENSEMBLE_CONFIG = """
+name: "ens"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 3 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "tagged" model_version: -1
+  input_map { key: "INPUT0" value: "IN" }
+  output_map { key: "OUTPUT0" value: "OUT" }
+} ] }
+"""
+
+BLS_CONFIG = """
+name: "caller"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 3 ] } ]
+"""
+
+BLS_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            reply = pb_utils.InferenceRequest(
+                model_name="tagged", requested_output_names=["OUTPUT0"], inputs=[x]
+            ).exec()
+            if reply.has_error():
+                error = pb_utils.TritonError("BLS call failed: " + reply.error().message())
+                out.append(pb_utils.InferenceResponse(error=error))
+            else:
+                out.append(pb_utils.InferenceResponse([pb_utils.get_output_tensor_by_name(reply, "OUTPUT0")]))
+        return out
+"""
+
+
+def test_ensembles_and_bls_callers_of_an_unloaded_model_get_a_clear_error(tmp_path: Path, start_server: Any) -> None:
+    repo = tmp_path / "repo"
+    _write(repo)
+    (repo / "ens" / "1").mkdir(parents=True)
+    (repo / "ens" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
+    (repo / "caller" / "1").mkdir(parents=True)
+    (repo / "caller" / "config.pbtxt").write_text(BLS_CONFIG)
+    (repo / "caller" / "1" / "model.py").write_text(BLS_MODEL)
+    server = start_server([repo], ["--model-control-mode=explicit", "--load-model=*"])
+    client = grpcclient.InferenceServerClient(server.url)
+
+    def call(model: str, name: str, delay_s: float = 0.0) -> Any:
+        x = grpcclient.InferInput(name, [1], "FP32")
+        x.set_data_from_numpy(np.array([delay_s], np.float32))
+        out = "OUT" if model == "ens" else "OUTPUT0"
+        return client.infer(model, [x], client_timeout=30).as_numpy(out)
+
+    assert call("ens", "IN")[0] == 1.0 and call("caller", "INPUT0")[0] == 1.0
+    # a step already running when its model is unloaded finishes; the ensemble answers
+    results: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: results.update(ens=call("ens", "IN", 1.0)))
+    t.start()
+    time.sleep(0.3)
+    client.unload_model(MODEL)
+    t.join(30)
+    assert results["ens"][0] == 1.0
+    for model, name in (("ens", "IN"), ("caller", "INPUT0")):
+        t0 = time.monotonic()
+        with pytest.raises(InferenceServerException) as info:
+            call(model, name)
+        assert time.monotonic() - t0 < 10  # an answer, not a hang
+        assert f"Request for unknown model: '{MODEL}' has no available versions" in info.value.message()
+    client.close()
