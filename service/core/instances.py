@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable
@@ -129,8 +130,7 @@ async def update_instances(
     for w in added:
         scheduler.add_worker(w)
     leaving = [w for w in pool.workers if any(w.spec is s for s in drop)]
-    for w in leaving:
-        scheduler.remove_worker(w)
+    await asyncio.gather(*(scheduler.release_worker(w, timeout_s) for w in leaving))
     mv.config = config
     log.info("updated '%s' version %d: %d instance(s) started, %d stopping", mv.name, mv.version, len(add), len(drop))
     reason = f"instance of model '{mv.name}' version {mv.version} was removed while the request was running"

@@ -259,8 +259,6 @@ class ModelRepository:
             elif list(cur.config.instance_group) == list(config.instance_group) or cur.pool is None:
                 plan.keep[v] = cur
                 cur.config = config  # e.g. a new version policy
-            elif config.HasField("sequence_batching"):
-                plan.start.append(v)  # sequences are pinned to instances: a new version rather than an update
             else:
                 plan.update[v] = cur
         plan.leave = [mv for v, mv in serving.items() if v not in chosen]

@@ -251,8 +251,11 @@ class InstanceScheduler(Scheduler):
         """A new instance joins (instance-count update): it takes work at once."""
         self._on_available(worker)
 
-    def remove_worker(self, worker: WorkerProcess) -> None:
-        """An instance leaves (instance-count update): it gets no new batch; what it runs finishes."""
+    async def release_worker(self, worker: WorkerProcess, timeout_s: float) -> None:
+        """An instance leaves (instance-count update): it gets no new batch from now on; what it runs finishes.
+
+        Schedulers that bind work to an instance (sequences) wait here, up to timeout_s, until that work is done.
+        """
         self._on_lost(worker)
 
     def reject(self, request: InferRequest, code: ErrorCode, message: str) -> None:

@@ -25,6 +25,7 @@ from service.core.stats import ModelStats
 from service.errors import ErrorCode, ServiceError
 from service.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START, InferRequest, InferResponse, RequestedOutput
 from service.workers.pool import InstancePool
+from service.workers.process import WorkerProcess
 
 log = logging.getLogger("trireme.sequence")
 
@@ -79,7 +80,9 @@ class SequenceBatcher(InstanceScheduler):
             slots = max(1, config.max_batch_size)
             self.preferred = []
             self.delay_ns = 0
+        self.slot_count = slots
         self.instances = {w.spec.instance_name: _Instance(w.spec.instance_name, slots) for w in pool.workers}
+        self._leaving: dict[str, asyncio.Future[None]] = {}  # instances an update removes -> "slots empty"
         self.sequences: dict[int | str, _Sequence] = {}
         self.backlog: OrderedDict[int | str, _Sequence] = OrderedDict()
         self._reaper: asyncio.TimerHandle | None = None
@@ -127,7 +130,7 @@ class SequenceBatcher(InstanceScheduler):
 
     def _assign(self, seq: _Sequence) -> bool:
         """Give `seq` a free slot (spreading sequences over instances); False when every slot is taken."""
-        instances = list(self.instances.values())
+        instances = [inst for inst in self.instances.values() if inst.name not in self._leaving]
         for index in range(len(instances[0].slots) if instances else 0):
             for inst in instances:
                 if inst.slots[index] is None:
@@ -144,14 +147,57 @@ class SequenceBatcher(InstanceScheduler):
             del self.sequences[seq.id]
         if inst is None or inst.slots[seq.slot] is not seq:
             return
-        inst.slots[seq.slot] = None
+        slot = seq.slot
+        inst.slots[slot] = None
+        seq.instance, seq.slot = "", -1
+        leaving = self._leaving.get(inst.name)
+        if leaving is not None:  # an instance being removed takes no new sequence
+            if all(s is None for s in inst.slots) and not leaving.done():
+                leaving.set_result(None)
+            return
         if self.backlog:
             _, waiting = self.backlog.popitem(last=False)
-            inst.slots[seq.slot] = waiting
-            waiting.instance, waiting.slot = inst.name, seq.slot
+            inst.slots[slot] = waiting
+            waiting.instance, waiting.slot = inst.name, slot
             self.sequences[waiting.id] = waiting
             waiting.last_ns = time.monotonic_ns()
-        seq.instance, seq.slot = "", -1
+
+    # ---- instance-count updates --------------------------------------------------------------------------
+    def add_worker(self, worker: WorkerProcess) -> None:
+        """A new instance: its slots take backlogged sequences at once."""
+        inst = self.instances[worker.spec.instance_name] = _Instance(worker.spec.instance_name, self.slot_count)
+        for index in range(len(inst.slots)):
+            if not self.backlog:
+                break
+            _, waiting = self.backlog.popitem(last=False)
+            inst.slots[index] = waiting
+            waiting.instance, waiting.slot = inst.name, index
+            self.sequences[waiting.id] = waiting
+            waiting.last_ns = time.monotonic_ns()
+        self._on_available(worker)
+
+    async def release_worker(self, worker: WorkerProcess, timeout_s: float) -> None:
+        """An instance leaves: it takes no new sequence; its live sequences run to their end (or idle timeout)."""
+        name = worker.spec.instance_name
+        inst = self.instances.get(name)
+        if inst is not None and any(s is not None for s in inst.slots):
+            done = self._leaving[name] = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(done), timeout_s)
+            except TimeoutError:
+                live = [s for s in inst.slots if s is not None]
+                log.warning(
+                    "instance '%s' of model '%s' is removed with %d sequence(s) still live after %g s",
+                    name,
+                    self.model_name,
+                    len(live),
+                    timeout_s,
+                )
+                for seq in live:
+                    self._release(seq)
+        self._leaving.pop(name, None)
+        self.instances.pop(name, None)
+        self._on_lost(worker)
 
     # ---- batching ---------------------------------------------------------------------------------------
     def _next_batch(self) -> list[InferRequest] | None:

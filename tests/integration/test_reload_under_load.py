@@ -6,6 +6,7 @@ model.py, a new version folder under `latest { num_versions: 1 }`, instance coun
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -218,4 +219,39 @@ def test_poll_mode_adds_updates_and_removes_models(polled: Any) -> None:
     pids = {o.value[2] for o in outcomes if o.value is not None}
     assert pid <= pids and len(pids) == 2  # the original instance served throughout; one more joined
     assert len(server.worker_pids()) == 2
+    client.close()
+
+
+def test_sequence_model_instance_removal_waits_for_its_live_sequences(tmp_path: Path, start_server: Any) -> None:
+    from tests.conftest import write_model
+    from tests.integration.test_sequence import value_input
+    from tests.integration.test_stream_models import ACCUMULATE_PY, accumulate_config
+
+    repo = tmp_path / "repo"
+    write_model(repo, "acc", accumulate_config("acc", 4, instances=2), ACCUMULATE_PY)
+    server = start_server([repo], ["--model-control-mode=explicit", "--load-model=acc"])
+    client = grpcclient.InferenceServerClient(server.url)
+
+    def add(x: int, sid: int, start: bool = False, end: bool = False) -> int:
+        r = client.infer("acc", value_input(x, True), sequence_id=sid, sequence_start=start, sequence_end=end)
+        return int(r.as_numpy("OUTPUT").reshape(-1)[0])
+
+    assert add(1, 101, start=True) == 1  # instance 0
+    assert add(10, 202, start=True) == 10  # instance 1 (sequences spread over instances)
+    (repo / "acc" / "config.pbtxt").write_text(accumulate_config("acc", 4, instances=1))
+    returned: list[float] = []
+    reload = threading.Thread(target=lambda: (client.load_model("acc"), returned.append(time.monotonic())))
+    reload.start()
+    time.sleep(1.0)
+    assert not returned  # waiting for the live sequences of the instance that goes
+    # both sequences keep their instance (their running sums survive); a new one starts on the one that stays
+    assert add(2, 101) == 3 and add(20, 202) == 30
+    assert add(5, 303, start=True) == 5
+    ended = time.monotonic()
+    assert add(30, 202, end=True) == 60
+    reload.join(30)
+    assert returned and returned[0] >= ended
+    assert add(3, 101) == 6 and add(5, 303, end=True) == 10 and add(4, 101, end=True) == 10
+    assert client.get_model_config("acc").config.instance_group[0].count == 1
+    assert len(server.worker_pids()) == 1
     client.close()
