@@ -38,13 +38,14 @@ def instance_specs(
     """One InstanceSpec per instance the config's instance groups ask for; ServiceError for impossible groups."""
     config_json = cfg.to_json(config)
     try:
-        in_process = instance_mode(config.parameters) == "in_process"
+        mode = instance_mode(config.parameters)
     except ValueError as e:
         raise ServiceError(ErrorCode.INVALID_ARG, f"model '{name}': {e}") from None
+    in_process = mode != "process"
     if in_process and config.backend != "python":
         raise ServiceError(
             ErrorCode.INVALID_ARG,
-            f"model '{name}': {MODE_KEY}=in_process is supported for the python backend only, not '{config.backend}'",
+            f"model '{name}': {MODE_KEY}={mode} is supported for the python backend only, not '{config.backend}'",
         )
     specs = []
     for group in config.instance_group:
@@ -86,6 +87,7 @@ def instance_specs(
                         log_verbose=log_verbose,
                         attach=attach,
                         in_process=in_process,
+                        inline=mode == "in_process_inline",
                     )
                 )
     return specs

@@ -48,8 +48,10 @@ class _BlsRouter:
         client = getattr(self.local, "client", None)
         if client is None:
             raise pb_utils.TritonModelException(
-                "BLS calls from threads a model started itself are not supported for in-process instances "
-                f"({MODE_KEY}=in_process); call from execute() or use a worker-process instance"
+                "BLS calls are not supported from this thread of an in-process instance: with "
+                f"{MODE_KEY}=in_process they work from execute() (and async_exec), not from threads the model "
+                "starts itself; in_process_inline runs execute() on the server's event loop, which a BLS call "
+                "would block, so it has no BLS (use in_process or worker processes)"
             )
         return getattr(client, name)
 
@@ -64,6 +66,7 @@ class InProcessChannel(WorkerChannel):
         super().__init__(None)  # type: ignore[arg-type] # no socket
         self.owner = owner
         self.loop = loop
+        self.loop_thread = threading.get_ident()  # built on the loop's thread
         self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._held: list[Any] | None = None
 
@@ -95,7 +98,10 @@ class InProcessChannel(WorkerChannel):
 
     def _post(self, messages: list[Any]) -> None:
         with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed, the server is gone
-            self.loop.call_soon_threadsafe(self.owner.deliver, messages)
+            if threading.get_ident() == self.loop_thread:  # inline execution: no wake-up needed
+                self.loop.call_soon(self.owner.deliver, messages)
+            else:
+                self.loop.call_soon_threadsafe(self.owner.deliver, messages)
 
     def map_arenas(self, in_name: str, out_name: str, growth_bytes: int = 0) -> None:
         """No arenas: tensors are passed by reference."""
@@ -173,13 +179,16 @@ class InProcessInstance(WorkerProcess):
             worker.thread_init = adopt
             worker.start()
             pb_utils.runtime.bls = BLS_ROUTER  # the backend set its own client; route by thread instead
+            if self.spec.inline:
+                return  # loaded: batches run on the event loop (send), this thread's work is done
             worker.serve()
         except SystemExit:
             pass  # Worker.start reported Failed
         except BaseException:
             log.exception("in-process instance '%s' stopped", init.instance_name)
         finally:
-            self.channel._post([_Exited()])
+            if not (self.spec.inline and self._worker is not None and self._worker.backend is not None):
+                self.channel._post([_Exited()])
 
     def deliver(self, messages: list[Any]) -> None:
         """On the loop: route messages from the instance thread."""
@@ -196,8 +205,14 @@ class InProcessInstance(WorkerProcess):
             self.on_connection_lost()  # fails its requests; the pool restarts it
 
     def send(self, message: Any) -> None:
-        """Hand a message to the instance thread."""
+        """Hand a message to the instance thread (inline: run it here, on the event loop)."""
         assert self.channel is not None
+        if self.spec.inline and self._worker is not None and self.alive:
+            if type(message) is ipc.Execute:
+                self._worker.run_batch(message)  # its answers reach deliver() through loop.call_soon
+            elif type(message) is not ipc.Shutdown:
+                self._worker.on_message(message)
+            return
         self.channel.inbox.put(message)
 
     def _request_message(self, rid: int, req: InferRequest, offsets: list[int]) -> ipc.RequestMsg:
@@ -227,7 +242,12 @@ class InProcessInstance(WorkerProcess):
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Ask the thread to finalize the model and end; a thread stuck in the model is left behind."""
-        if self.channel is not None and not self._exited.done():
+        if self.spec.inline and self._worker is not None and self._worker.backend is not None:
+            if not self._exited.done():
+                self.alive = False
+                await asyncio.get_running_loop().run_in_executor(None, self._worker.backend.finalize)
+                self._exited.set_result(None)
+        elif self.channel is not None and not self._exited.done():
             self.send(ipc.Shutdown())
             try:
                 await asyncio.wait_for(asyncio.shield(self._exited), timeout_s)

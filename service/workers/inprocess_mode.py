@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 MODE_KEY = "TRIREME_INSTANCE_MODE"
-MODES = ("process", "in_process")
+MODES = ("process", "in_process", "in_process_inline")
 
 
 def instance_mode(parameters: Any) -> str:

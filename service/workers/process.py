@@ -48,6 +48,7 @@ class InstanceSpec:
     log_verbose: int = 0
     env: dict[str, str] = field(default_factory=dict)
     in_process: bool = False  # run on a thread of the server (TRIREME_INSTANCE_MODE=in_process)
+    inline: bool = False  # in-process, execute() on the server's event loop (in_process_inline)
     # called with every WorkerProcess made from this spec (restarts too), e.g. to add message_handlers (BLS)
     attach: Callable[[WorkerProcess], None] | None = None
 

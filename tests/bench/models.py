@@ -16,17 +16,21 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 {extra}"""
 
-IN_PROCESS = 'parameters { key: "TRIREME_INSTANCE_MODE" value: { string_value: "in_process" } }\n'
+MODE = 'parameters {{ key: "TRIREME_INSTANCE_MODE" value: {{ string_value: "{mode}" }} }}\n'
 
 MODEL = "identity"  # unbatched FP32 [-1] identity, one worker-process instance (the default)
 MODEL_IN_PROCESS = "identity_inproc"  # the same model with an in-process instance (Trireme only)
+MODEL_INLINE = "identity_inline"  # ... with an in-process instance that executes on the event loop
 
 
-def write_identity(repo: Path, name: str = MODEL, in_process: bool = False) -> None:
-    """Add the unbatched identity model `name` to repo (in-process instance when asked)."""
+def write_identity(repo: Path, name: str = MODEL, in_process: bool | str = False) -> None:
+    """Add the unbatched identity model `name` to repo (in-process instance when asked; a string picks the
+    TRIREME_INSTANCE_MODE value)."""
     (repo / name / "1").mkdir(parents=True, exist_ok=True)
     shutil.copy(IDENTITY_SRC, repo / name / "1" / "model.py")
-    (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name, extra=IN_PROCESS if in_process else ""))
+    mode = in_process if isinstance(in_process, str) else "in_process"
+    extra = MODE.format(mode=mode) if in_process else ""
+    (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name, extra=extra))
 
 
 def identity_repos(work: Path) -> tuple[Path, Path]:

@@ -24,6 +24,8 @@ from tests.integration.test_bls import (
 )
 
 IN_PROCESS = '\nparameters { key: "TRIREME_INSTANCE_MODE" value: { string_value: "in_process" } }\n'
+INLINE = '\nparameters { key: "TRIREME_INSTANCE_MODE" value: { string_value: "in_process_inline" } }\n'
+INLINE_MODELS = ("bls_identity", "bls_repeat", "bls_caller", "raiser")  # also written as "<name>_il"
 
 RAISE_PY = """
 class TritonPythonModel:
@@ -64,7 +66,8 @@ MODELS = {  # name -> (config template, model.py); each is written twice: "<name
 def _repo(tmp: Path) -> Path:
     repo = tmp / "repo"
     for name, (config, source) in MODELS.items():
-        for suffix, extra in (("", ""), ("_ip", IN_PROCESS)):
+        variants = [("", ""), ("_ip", IN_PROCESS)] + ([("_il", INLINE)] if name in INLINE_MODELS else [])
+        for suffix, extra in variants:
             text = config.format(name=name + suffix, count=1) if "{name}" in config else config
             text = text.replace('name: "bls_repeat"', f'name: "bls_repeat{suffix}"')
             write_model(repo, name + suffix, text + extra, source)
@@ -92,17 +95,23 @@ def _infer(client: Any, model: str, x: np.ndarray, **params: Any) -> Any:
 
 
 def test_in_process_models_have_no_worker_process(server: ServerProcess) -> None:
-    # one worker per process-mode model, none for the "_ip" twins
+    # one worker per process-mode model, none for the "_ip" and "_il" twins
     assert len(server.worker_pids()) == len(MODELS)
 
 
 @pytest.mark.parametrize("size", [4, 300_000])  # inline-sized and arena-sized tensors
 def test_identity_answers_the_same(client: Any, size: int) -> None:
     x = np.random.default_rng(0).random(size, dtype=np.float32)
-    a = _infer(client, "bls_identity", x).as_numpy("OUTPUT0")
-    b = _infer(client, "bls_identity_ip", x).as_numpy("OUTPUT0")
-    np.testing.assert_array_equal(a, x)
-    np.testing.assert_array_equal(b, x)
+    for model in ("bls_identity", "bls_identity_ip", "bls_identity_il"):
+        np.testing.assert_array_equal(_infer(client, model, x).as_numpy("OUTPUT0"), x)
+
+
+def test_inline_instances_refuse_bls_clearly(client: Any) -> None:
+    with pytest.raises(grpcclient.InferenceServerException) as e:
+        _infer(client, "bls_caller_il", np.ones(2, np.float32), target="bls_identity")
+    assert "in_process_inline" in e.value.message() and "BLS" in e.value.message()
+    # the server's loop was not blocked: everything still answers
+    np.testing.assert_array_equal(_infer(client, "bls_identity_il", np.ones(2, np.float32)).as_numpy("OUTPUT0"), 1)
 
 
 @pytest.mark.parametrize(
@@ -125,7 +134,7 @@ def test_bls_and_async_execute_answer_the_same(client: Any, model: str, params: 
 
 def test_decoupled_stream_answers_the_same(server: ServerProcess) -> None:
     results: dict[str, list[list[float]]] = {}
-    for model in ("bls_repeat", "bls_repeat_ip"):
+    for model in ("bls_repeat", "bls_repeat_ip", "bls_repeat_il"):
         got: queue.Queue[Any] = queue.Queue()
         c = grpcclient.InferenceServerClient(server.url)
         c.start_stream(callback=lambda result, error, got=got: got.put((result, error)))
@@ -139,16 +148,16 @@ def test_decoupled_stream_answers_the_same(server: ServerProcess) -> None:
             results[model].append(result.as_numpy("OUTPUT0").tolist())
         c.stop_stream()
         c.close()
-    assert results["bls_repeat"] == results["bls_repeat_ip"] == [[3, 7], [4, 8], [5, 9]]
+    assert results["bls_repeat"] == results["bls_repeat_ip"] == results["bls_repeat_il"] == [[3, 7], [4, 8], [5, 9]]
 
 
 def test_model_errors_are_the_same(client: Any) -> None:
     messages = []
-    for model in ("raiser", "raiser_ip"):
+    for model in ("raiser", "raiser_ip", "raiser_il"):
         with pytest.raises(grpcclient.InferenceServerException) as e:
             _infer(client, model, np.ones(2, np.float32))
         messages.append(e.value.message().replace(model, "<m>"))
-    assert messages[0] == messages[1]
+    assert messages[0] == messages[1] == messages[2]
     assert "ValueError: no luck" in messages[0]
     np.testing.assert_array_equal(_infer(client, "bls_identity_ip", np.ones(2, np.float32)).as_numpy("OUTPUT0"), 1)
 
