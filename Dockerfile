@@ -33,11 +33,13 @@ RUN python3 -m venv /opt/trireme \
     } > /etc/pip.conf
 ENV PATH=/opt/trireme/bin:$PATH
 WORKDIR /src
-# dependencies first (their layer is reused while only the source changes)
-COPY deploy/constraints.txt pyproject.toml ./
+# dependencies first, torch alone (their layers are reused while only the source or the other deps change)
+COPY deploy/constraints.txt ./
+RUN pip install -c constraints.txt "torch==${TORCH_VERSION}"
+COPY pyproject.toml ./
 RUN python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print('\\n'.join(p['dependencies'] + p['optional-dependencies']['onnx']))" > requirements.txt \
- && pip install -c constraints.txt "torch==${TORCH_VERSION}" -r requirements.txt
+ && pip install -c constraints.txt -r requirements.txt
 COPY README.md ./
 COPY protos ./protos
 COPY service ./service
@@ -68,7 +70,7 @@ WORKDIR /home/trireme
 VOLUME ["/models"]
 # HTTP/REST, gRPC, Prometheus metrics (Triton's ports)
 EXPOSE 8000 8001 8002
-# healthy = the gRPC health service says SERVING (server ready); assumes the default gRPC port 8001
-HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 CMD ["python3", "-c", "import sys, grpc; from protos import health_pb2 as h, health_pb2_grpc as g; r = g.HealthStub(grpc.insecure_channel('127.0.0.1:8001')).Check(h.HealthCheckRequest(), timeout=4); sys.exit(r.status != h.HealthCheckResponse.SERVING)"]
+# healthy = GET /v2/health/ready answers 200 (server and models ready); assumes the default HTTP port 8000
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/v2/health/ready', timeout=4)"]
 ENTRYPOINT ["trireme", "serve"]
 CMD ["--model-repository=/models"]
