@@ -37,17 +37,52 @@ def free_port() -> int:
 
 @dataclass
 class Running:
-    """A started image: its process, log file and the host ports of its gRPC and HTTP endpoints."""
+    """A started image: how to watch and stop it, its log file, and the host ports of gRPC and HTTP."""
 
-    proc: subprocess.Popen[bytes]
     log_path: Path
     grpc_port: int
     http_port: int
     how: str
+    proc: subprocess.Popen[bytes] | None = None  # chroot: the server process itself
+    container: str = ""  # engine run: the container's name
+    engine: str = ""
 
     def log(self) -> str:
         """What the server printed so far."""
         return self.log_path.read_text(errors="replace")
+
+    def exit_code(self) -> int | None:
+        """The server's exit status, None while it runs."""
+        if self.proc is not None:
+            return self.proc.poll()
+        out = subprocess.run(
+            [self.engine, "inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", self.container],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        return None if not out or out[0] == "true" else int(out[1])
+
+    def user(self) -> str:
+        """The server's user id inside the container."""
+        if self.proc is not None:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+            return next(x for x in status if x.startswith("Uid:")).split()[1]
+        return subprocess.run(
+            [self.engine, "exec", self.container, "id", "-u"], capture_output=True, text=True
+        ).stdout.strip()
+
+    def stop(self) -> int:
+        """SIGTERM, then the exit status (killed after 60 s)."""
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                return self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                return self.proc.wait()
+        subprocess.run([self.engine, "stop", "-t", "60", self.container], capture_output=True)
+        code = self.exit_code()
+        return -1 if code is None else code
 
 
 def image_config(engine: str, image: str) -> dict:
@@ -62,19 +97,21 @@ def run_container(engine: str, image: str, repo: Path, shm_size: str, log_path: 
     """`<engine> run` with the repository mounted at /models; None when the engine cannot run containers here."""
     grpc_port, http_port = free_port(), free_port()
     name = f"trireme-smoke-{grpc_port}"
-    cmd = [engine, "run", "--rm", "--name", name, f"--shm-size={shm_size}", "-p", f"127.0.0.1:{grpc_port}:8001"]
+    cmd = [engine, "run", "-d", "--name", name, f"--shm-size={shm_size}", "-p", f"127.0.0.1:{grpc_port}:8001"]
     cmd += ["-p", f"127.0.0.1:{http_port}:8000", "-v", f"{repo}:/models:ro", image]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    time.sleep(3)  # a refused OCI runtime fails at once; then fall back to chroot
-    if proc.poll() is not None:
+    started = subprocess.run(cmd, capture_output=True, text=True)
+    if started.returncode != 0:
+        print(f"  `{engine} run` failed: {started.stderr.strip().splitlines()[-1:]}", flush=True)
+        subprocess.run([engine, "rm", "-f", name], capture_output=True)
         yield None
         return
+    with open(log_path, "wb") as log:
+        follower = subprocess.Popen([engine, "logs", "-f", name], stdout=log, stderr=subprocess.STDOUT)
     try:
-        yield Running(proc, log_path, grpc_port, http_port, f"{engine} run")
+        yield Running(log_path, grpc_port, http_port, f"{engine} run", container=name, engine=engine)
     finally:
-        subprocess.run([engine, "stop", "-t", "30", name], capture_output=True)
-        proc.wait(60)
+        subprocess.run([engine, "rm", "-f", "-t", "10", name], capture_output=True)
+        follower.wait(30)
 
 
 @contextlib.contextmanager
@@ -108,7 +145,7 @@ def run_chroot(engine: str, image: str, repo: Path, shm_size: str, log_path: Pat
             stderr=subprocess.STDOUT,
         )
     try:
-        yield Running(proc, log_path, grpc_port, http_port, "podman image mount + chroot")
+        yield Running(log_path, grpc_port, http_port, "podman image mount + chroot", proc=proc)
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -125,8 +162,9 @@ def wait_ready(running: Running, timeout_s: float) -> float:
     start = time.monotonic()
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{running.grpc_port}")
     while time.monotonic() - start < timeout_s:
-        if running.proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {running.proc.returncode}:\n{running.log()}")
+        code = running.exit_code()
+        if code is not None:
+            raise RuntimeError(f"the server exited with {code}:\n{running.log()}")
         with contextlib.suppress(Exception):
             if client.is_server_ready():
                 return time.monotonic() - start
@@ -185,21 +223,18 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         running = stack.enter_context(run_container(args.engine, args.image, repo, args.shm_size, log_path))
         if running is None:
-            print(f"  `{args.engine} run` cannot start containers here; running the image by chroot", flush=True)
+            print("  running the image by podman image mount + chroot instead", flush=True)
             running = stack.enter_context(run_chroot(args.engine, args.image, repo, args.shm_size, log_path))
         print(f"[smoke] {args.image} via {running.how}, /dev/shm {args.shm_size}, /models <- {repo}", flush=True)
         seconds = wait_ready(running, args.timeout)
         print(f"[smoke] start time (process start -> gRPC ready): {seconds:.1f} s", flush=True)
-        pid = running.proc.pid
-        with contextlib.suppress(OSError):
-            uid = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("Uid:"))
-            check("server runs as non-root", uid.split()[1] != "0", uid)
+        uid = running.user()
+        ok = check("server runs as non-root", uid not in ("", "0"), f"uid {uid}")
         for line in running.log().splitlines():
             if "arena" in line.lower():
                 print(f"  log: {line}", flush=True)
-        ok = smoke(running)
-        running.proc.terminate()
-        code = running.proc.wait(60)
+        ok &= smoke(running)
+        code = running.stop()
         ok &= check("SIGTERM -> clean exit", code == 0, f"exit status {code}")
     if not ok:
         print(log_path.read_text(errors="replace"), file=sys.stderr)

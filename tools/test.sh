@@ -28,4 +28,16 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# the container image: built and smoke-tested when a container engine works here (else one "SKIPPED" line);
+# TRIREME_IMAGE_TEST=0 turns it off; bounded by TRIREME_IMAGE_TIMEOUT seconds (a cold layer cache can need more:
+# then it says so and does not fail the run)
+if [ "${TRIREME_IMAGE_TEST:-1}" != 0 ]; then
+  image_rc=0
+  PYTHON=.venv/bin/python timeout "${TRIREME_IMAGE_TIMEOUT:-900}" bash tools/build-image.sh --ci || image_rc=$?
+  if [ "$image_rc" = 124 ]; then
+    echo "[build-image] SKIPPED: not done within ${TRIREME_IMAGE_TIMEOUT:-900} s (cold layer cache?); run tools/build-image.sh"
+  elif [ "$image_rc" != 0 ]; then
+    exit "$image_rc"
+  fi
+fi
 .venv/bin/python -m pytest -q "$@"

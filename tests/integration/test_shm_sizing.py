@@ -45,6 +45,7 @@ class SmallShmServer:
         self.log_path = log_path
         server = [sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1"]
         server += ["--grpc-port", str(self.port), "--model-repository", str(repo)]
+        server += ["--http-address", "127.0.0.1", "--http-port", str(free_port()), "--metrics-port", str(free_port())]
         script = f'mount -t tmpfs -o size={shm_size},mode=1777 tmpfs /dev/shm && exec "$@"'
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         with open(log_path, "wb") as log:

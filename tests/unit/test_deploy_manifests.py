@@ -78,7 +78,10 @@ def test_kubernetes_kinds_validate_strictly(version: str) -> None:
     for name, doc in manifests():
         if doc["kind"] in CRD_FILES or doc["kind"] == "PodMonitor":
             continue
-        kubernetes_validate.validate(doc, version, strict=True)
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{name}: {'.'.join(map(str, e.path))}: {e.message}")
         checked += 1
     assert checked >= 4
 
