@@ -96,39 +96,51 @@ if [ "$ENGINE" = podman ]; then
   BUILD_ARGS+=(--format docker --isolation=chroot)
 fi
 # this machine's own pip settings are lent to the build: a local wheel folder or file:// indexes (mounted read-only
-# at the same path) and the CA bundle pip trusts (e.g. a TLS-intercepting proxy's)
-pip_setting() { "$PY" -m pip config get "global.$1" 2>/dev/null || true; }
-FIND_LINKS=${PIP_FIND_LINKS:-$(pip_setting find-links)}
-if [ -n "$FIND_LINKS" ] && [ -d "$FIND_LINKS" ]; then
-  BUILD_ARGS+=(-v "$FIND_LINKS:$FIND_LINKS:ro" --build-arg "PIP_FIND_LINKS=$FIND_LINKS")
-fi
-LOCAL_INDEXES=""
-for url in ${PIP_EXTRA_INDEX_URL:-$(pip_setting extra-index-url)}; do
-  dir=${url#file://}
-  if [ "$dir" != "$url" ] && [ -d "$dir" ]; then
-    dir=${dir%/}
-    [ "$(basename "$dir")" != simple ] || dir=$(dirname "$dir")  # a simple index links to files beside it
-    BUILD_ARGS+=(-v "$dir:$dir:ro")
-    LOCAL_INDEXES="$LOCAL_INDEXES $url"
+# at the same path) and the CA bundle pip trusts (e.g. a TLS-intercepting proxy's). Build-time mounts are podman's.
+if [ "$ENGINE" = podman ]; then
+  pip_setting() { "$PY" -m pip config get "global.$1" 2>/dev/null || true; }
+  FIND_LINKS=${PIP_FIND_LINKS:-$(pip_setting find-links)}
+  if [ -n "$FIND_LINKS" ] && [ -d "$FIND_LINKS" ]; then
+    BUILD_ARGS+=(-v "$FIND_LINKS:$FIND_LINKS:ro" --build-arg "PIP_FIND_LINKS=$FIND_LINKS")
   fi
-done
-[ -z "$LOCAL_INDEXES" ] || BUILD_ARGS+=(--build-arg "PIP_EXTRA_INDEXES=${LOCAL_INDEXES# }")
-CERT=${PIP_CERT:-$(pip_setting cert)}
-if [ -n "$CERT" ] && [ -f "$CERT" ]; then
-  BUILD_ARGS+=(-v "$(dirname "$CERT"):/run/pip-certs:ro" --build-arg "PIP_CERT_PATH=/run/pip-certs/$(basename "$CERT")")
+  LOCAL_INDEXES=""
+  for url in ${PIP_EXTRA_INDEX_URL:-$(pip_setting extra-index-url)}; do
+    dir=${url#file://}
+    if [ "$dir" != "$url" ] && [ -d "$dir" ]; then
+      dir=${dir%/}
+      [ "$(basename "$dir")" != simple ] || dir=$(dirname "$dir")  # a simple index links to files beside it
+      BUILD_ARGS+=(-v "$dir:$dir:ro")
+      LOCAL_INDEXES="$LOCAL_INDEXES $url"
+    fi
+  done
+  [ -z "$LOCAL_INDEXES" ] || BUILD_ARGS+=(--build-arg "PIP_EXTRA_INDEXES=${LOCAL_INDEXES# }")
+  CERT=${PIP_CERT:-$(pip_setting cert)}
+  if [ -n "$CERT" ] && [ -f "$CERT" ]; then
+    BUILD_ARGS+=(-v "$(dirname "$CERT"):/run/pip-certs:ro" --build-arg "PIP_CERT_PATH=/run/pip-certs/$(basename "$CERT")")
+  fi
 fi
 if ! timeout 10 "$PY" -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=8)" \
   >/dev/null 2>&1; then
   BUILD_ARGS+=(--build-arg TORCH_INDEX_URL=)  # unreachable: the CPU wheel must come from the lent sources
 fi
 say "building $IMAGE"
+OLD_ID=$("$ENGINE" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 t0=$(date +%s)
 nice -n 10 "$ENGINE" build "${BUILD_ARGS[@]}" . >/tmp/trireme-build-image.log 2>&1 \
   || { tail -40 /tmp/trireme-build-image.log >&2; say "error: build failed (full log /tmp/trireme-build-image.log)"; exit 1; }
 say "built in $(($(date +%s) - t0)) s"
+NEW_ID=$("$ENGINE" image inspect --format '{{.Id}}' "$IMAGE")
+if [ -n "$OLD_ID" ] && [ "$OLD_ID" != "$NEW_ID" ]; then
+  "$ENGINE" rmi "$OLD_ID" >/dev/null 2>&1 || true  # the previous build's image (its cached layers stay)
+fi
 SIZE=$("$ENGINE" image inspect --format '{{.Size}}' "$IMAGE")
 say "image size: $((SIZE / 1000000)) MB ($SIZE bytes)"
 
 # ---- run + smoke test ------------------------------------------------------------------------------------------
-exec "$PY" "$ROOT/tools/image_smoke.py" --engine "$ENGINE" --image "$IMAGE" --shm-size "$SHM_SIZE" \
-  --model-repository "$ROOT/service/example_models"
+# the example repository, plus the TorchScript example when this machine has torch to generate it (torch in the image)
+REPO=$(mktemp -d /tmp/trireme-smoke-repo.XXXXXX)
+trap 'rm -rf "$REPO"' EXIT
+cp -r service/example_models/. "$REPO/"
+"$PY" tools/make_example_models.py --repository "$REPO" >/dev/null 2>&1 || say "no torch here: fc_model_pt not in the smoke test"
+chmod -R a+rX "$REPO"  # the image's user (uid 1000) reads it
+"$PY" "$ROOT/tools/image_smoke.py" --engine "$ENGINE" --image "$IMAGE" --shm-size "$SHM_SIZE" --model-repository "$REPO"

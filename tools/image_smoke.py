@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import shlex
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ class Running:
     log_path: Path
     grpc_port: int
     http_port: int
+    metrics_port: int
     how: str
     proc: subprocess.Popen[bytes] | None = None  # chroot: the server process itself
     container: str = ""  # engine run: the container's name
@@ -95,10 +98,11 @@ def image_config(engine: str, image: str) -> dict:
 @contextlib.contextmanager
 def run_container(engine: str, image: str, repo: Path, shm_size: str, log_path: Path) -> Iterator[Running | None]:
     """`<engine> run` with the repository mounted at /models; None when the engine cannot run containers here."""
-    grpc_port, http_port = free_port(), free_port()
+    grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
     name = f"trireme-smoke-{grpc_port}"
     cmd = [engine, "run", "-d", "--name", name, f"--shm-size={shm_size}", "-p", f"127.0.0.1:{grpc_port}:8001"]
-    cmd += ["-p", f"127.0.0.1:{http_port}:8000", "-v", f"{repo}:/models:ro", image]
+    cmd += ["-p", f"127.0.0.1:{http_port}:8000", "-p", f"127.0.0.1:{metrics_port}:8002"]
+    cmd += ["-v", f"{repo}:/models:ro", image]
     started = subprocess.run(cmd, capture_output=True, text=True)
     if started.returncode != 0:
         print(f"  `{engine} run` failed: {started.stderr.strip().splitlines()[-1:]}", flush=True)
@@ -108,7 +112,7 @@ def run_container(engine: str, image: str, repo: Path, shm_size: str, log_path: 
     with open(log_path, "wb") as log:
         follower = subprocess.Popen([engine, "logs", "-f", name], stdout=log, stderr=subprocess.STDOUT)
     try:
-        yield Running(log_path, grpc_port, http_port, f"{engine} run", container=name, engine=engine)
+        yield Running(log_path, grpc_port, http_port, metrics_port, f"{engine} run", container=name, engine=engine)
     finally:
         subprocess.run([engine, "rm", "-f", "-t", "10", name], capture_output=True)
         follower.wait(30)
@@ -119,10 +123,10 @@ def run_chroot(engine: str, image: str, repo: Path, shm_size: str, log_path: Pat
     """The image's entrypoint under chroot in a private mount namespace (for sandboxes without an OCI runtime)."""
     config = image_config(engine, image)
     root = subprocess.run([engine, "image", "mount", image], check=True, capture_output=True, text=True).stdout.strip()
-    grpc_port, http_port = free_port(), free_port()
+    grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
     argv = [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
     # host networking here: the ports the container would publish become free host ports
-    argv += [f"--grpc-port={grpc_port}", f"--http-port={http_port}", f"--metrics-port={free_port()}"]
+    argv += [f"--grpc-port={grpc_port}", f"--http-port={http_port}", f"--metrics-port={metrics_port}"]
     env = ["env", "-i", *(config.get("Env") or [])]
     inner = f"cd {shlex.quote(config.get('WorkingDir') or '/')} && exec {shlex.join(argv)}"
     user = config.get("User") or "0:0"
@@ -145,7 +149,7 @@ def run_chroot(engine: str, image: str, repo: Path, shm_size: str, log_path: Pat
             stderr=subprocess.STDOUT,
         )
     try:
-        yield Running(log_path, grpc_port, http_port, "podman image mount + chroot", proc=proc)
+        yield Running(log_path, grpc_port, http_port, metrics_port, "podman image mount + chroot", proc=proc)
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -179,15 +183,16 @@ def check(label: str, ok: bool, detail: str = "") -> bool:
 
 
 def smoke(running: Running) -> bool:
-    """gRPC (and HTTP when the image serves it) checks against the example repository."""
+    """gRPC, HTTP and metrics checks against the example repository."""
     ok = True
     g = grpcclient.InferenceServerClient(f"127.0.0.1:{running.grpc_port}")
     meta = g.get_server_metadata()
     ok &= check("gRPC server metadata", meta.name == "triton", f"{meta.name} {meta.version}")
     models = sorted(m.name for m in g.get_model_repository_index().models if m.state == "READY")
     ok &= check("models READY", "add_sub" in models, ", ".join(models))
-    a, b = np.arange(16, dtype=np.float32), np.full(16, 2.0, np.float32)
-    inputs = [grpcclient.InferInput("INPUT0", [16], "FP32"), grpcclient.InferInput("INPUT1", [16], "FP32")]
+    n = int(g.get_model_metadata("add_sub").inputs[0].shape[-1])
+    a, b = np.arange(n, dtype=np.float32), np.full(n, 2.0, np.float32)
+    inputs = [grpcclient.InferInput("INPUT0", [n], "FP32"), grpcclient.InferInput("INPUT1", [n], "FP32")]
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(b)
     out = g.infer("add_sub", inputs)
@@ -197,16 +202,21 @@ def smoke(running: Running) -> bool:
         x.set_data_from_numpy(np.arange(6, dtype=np.int64).reshape(2, 3))
         shape = g.infer("fc_model_pt", [x]).as_numpy("output__0").shape
         ok &= check("gRPC infer fc_model_pt (torch in the image)", shape == (2, 3, 4), f"output__0 shape {shape}")
-    if "ignoring unsupported option '--http-port" in running.log():
-        check("HTTP", True, "skipped: this build has no HTTP front end yet")
-        return ok
     h = httpclient.InferenceServerClient(f"127.0.0.1:{running.http_port}")
     ok &= check("HTTP /v2/health/ready", h.is_server_ready())
-    hin = [httpclient.InferInput("INPUT0", [16], "FP32"), httpclient.InferInput("INPUT1", [16], "FP32")]
+    hin = [httpclient.InferInput("INPUT0", [n], "FP32"), httpclient.InferInput("INPUT1", [n], "FP32")]
     hin[0].set_data_from_numpy(a)
     hin[1].set_data_from_numpy(b)
     hout = h.infer("add_sub", hin)
     ok &= check("HTTP infer add_sub", np.array_equal(hout.as_numpy("OUTPUT1"), a - b), "OUTPUT1 = INPUT0 - INPUT1")
+    with urllib.request.urlopen(f"http://127.0.0.1:{running.metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    done = re.search(r'nv_inference_request_success\{model="add_sub",version="1"\} (\d+)', text)
+    ok &= check(
+        "metrics :8002/metrics",
+        "nv_inference_pending_request_count" in text and done is not None and int(done.group(1)) >= 2,
+        f"add_sub successes {done.group(1) if done else None}, pending-request gauge present",
+    )
     return ok
 
 

@@ -135,9 +135,18 @@ def test_container_args_are_server_flags(kind: str, caplog: pytest.LogCaptureFix
     assert config.exit_timeout_secs == 30
     assert config.arena_bytes == 64 << 20
     assert config.allow_client_shm is False
-    # every flag is one the server knows (the HTTP and metrics ports may still be accepted-and-ignored)
+    # every flag is one the server implements (none is only accepted-and-ignored)
     unknown = [r.getMessage() for r in caplog.records if "ignoring unsupported option" in r.getMessage()]
-    assert all(re.search(r"'--(http|metrics)-port=", m) for m in unknown), unknown
+    assert unknown == []
+
+
+def test_server_listens_on_the_declared_container_ports() -> None:
+    c = container("Deployment")
+    config = parse_args([re.sub(r"\$\(\w+\)", "secret", a) for a in c["args"]])
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert (config.http_port, config.grpc_port, config.metrics_port) == (ports["http"], ports["grpc"], ports["metrics"])
+    runtime = container("ClusterServingRuntime")
+    assert parse_args(runtime["args"]).http_port == runtime["ports"][0]["containerPort"] == 8080
 
 
 def test_deployment_termination_covers_prestop_and_drain() -> None:
