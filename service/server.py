@@ -149,6 +149,7 @@ class Server:
             log.error("cannot start: %s", e.message)
             return False
         self.repository.options.arena_bytes = plan.arena_bytes
+        self.repository.options.arena_reserve = plan.reserve
         only = None
         if self.config.model_control_mode == "explicit":
             only = (

@@ -34,6 +34,7 @@ def instance_specs(
     log_verbose: int,
     attach: Callable[[Any], None] | None,
     arena_growth_bytes: int = 64 << 20,
+    arena_reserve: bool = False,
 ) -> list[InstanceSpec]:
     """One InstanceSpec per instance the config's instance groups ask for; ServiceError for impossible groups."""
     config_json = cfg.to_json(config)
@@ -84,6 +85,7 @@ def instance_specs(
                         device_id=device,
                         arena_bytes=arena_bytes,
                         arena_growth_bytes=arena_growth_bytes,
+                        arena_reserve=arena_reserve,
                         log_verbose=log_verbose,
                         attach=attach,
                         in_process=in_process,

@@ -98,6 +98,7 @@ class RepositoryOptions:
     log_verbose: int = 0
     arena_bytes: int = 256 << 20
     arena_growth_bytes: int = 64 << 20
+    arena_reserve: bool = False  # reserve each arena's pages when created (/dev/shm is tight: service/core/shm_plan.py)
     summaries: bool = False  # keep latency samples for Triton's summary metrics (--metrics-config)
     unload_timeout_s: float = 30.0  # how long an unload (or a replaced version) waits for in-flight requests
     # called with every worker process started (BLS server: routes the worker's BLS messages)
@@ -314,6 +315,7 @@ class ModelRepository:
             o.log_verbose,
             o.attach_worker,
             arena_growth_bytes=o.arena_growth_bytes,
+            arena_reserve=o.arena_reserve,
         )
 
     async def _prepare_config(

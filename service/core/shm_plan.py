@@ -4,8 +4,11 @@ A worker maps two arenas (requests in, responses out) of `--backend-config=pytho
 each. Creating a POSIX segment larger than the tmpfs behind /dev/shm succeeds (ftruncate does not reserve), and
 the first write past the tmpfs limit kills the process with SIGBUS; a container's default /dev/shm is 64 MB while
 one worker's arenas are 512 MiB. So the server counts the model instances its repositories ask for, and when
-their arenas do not fit in the free space, shrinks the arena size to what fits (with a warning), or refuses to
-start with a message naming `--shm-size` when not even the minimum fits.
+their arenas do not fit in the free space, shrinks the arena size so that they take three quarters of it (with a
+warning; the rest is for arena growth and client regions), or refuses to start with a message naming
+`--shm-size` when not even the minimum fits. When the arenas take more than half of the free space, their pages
+are reserved (posix_fallocate) as they are created, so that growing arenas, which reserve what they add, cannot
+take the space the first segments were promised.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ SHM_DIR = "/dev/shm"
 ARENAS_PER_WORKER = 2
 MIN_ARENA_BYTES = 1 << 20
 MIB = 1 << 20
+HEADROOM_DIVISOR = 4  # shrunk arenas leave free/4 of /dev/shm for arena growth and client regions
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,7 @@ class ArenaPlan:
     requested_bytes: int
     workers: int
     free_bytes: int
+    reserve: bool = False  # reserve the arenas' pages at creation (they take over half of /dev/shm)
 
     @property
     def shrunk(self) -> bool:
@@ -69,8 +74,9 @@ def fit_arena_bytes(requested: int, workers: int, free: int) -> ArenaPlan:
     """Arena size such that `workers` workers' arenas fit in `free` bytes; ServiceError when not even 1 MiB does."""
     need = requested * ARENAS_PER_WORKER * max(1, workers)
     if need <= free:
-        return ArenaPlan(requested, requested, workers, free)
-    share = free // (ARENAS_PER_WORKER * max(1, workers)) // MIB * MIB
+        return ArenaPlan(requested, requested, workers, free, reserve=2 * need > free)
+    usable = free - free // HEADROOM_DIVISOR
+    share = usable // (ARENAS_PER_WORKER * max(1, workers)) // MIB * MIB
     if share < MIN_ARENA_BYTES:
         raise ServiceError(
             ErrorCode.UNAVAILABLE,
@@ -80,12 +86,12 @@ def fit_arena_bytes(requested: int, workers: int, free: int) -> ArenaPlan:
             f"shared memory: `docker run --shm-size={suggest_shm_mib(requested, workers)}m ...`, or in Kubernetes "
             "an emptyDir with medium: Memory mounted at /dev/shm (docs/deploy.md)",
         )
-    return ArenaPlan(min(share, requested), requested, workers, free)
+    return ArenaPlan(min(share, requested), requested, workers, free, reserve=True)
 
 
 def suggest_shm_mib(arena_bytes: int, workers: int) -> int:
-    """A /dev/shm size (MiB) that holds every arena at the configured size, plus 64 MiB for client regions."""
-    return ARENAS_PER_WORKER * max(1, workers) * arena_bytes // MIB + 64
+    """A /dev/shm size (MiB) in which every arena at the configured size takes at most half."""
+    return 2 * ARENAS_PER_WORKER * max(1, workers) * arena_bytes // MIB
 
 
 def plan_arenas(
@@ -101,8 +107,9 @@ def plan_arenas(
     plan = fit_arena_bytes(requested, workers, free)
     if plan.shrunk:
         log.warning(
-            "/dev/shm has %d MiB free: worker arenas shrink from %d MiB to %d MiB each so that the arenas of %d model "
-            "instance(s) fit; start the container with --shm-size=%dm (or a larger /dev/shm emptyDir) to keep %d MiB",
+            "/dev/shm has %d MiB free: worker arenas shrink from %d MiB to %d MiB each (reserved) so that the "
+            "arenas of %d model instance(s) fit; start the container with --shm-size=%dm (or a larger /dev/shm "
+            "emptyDir) to keep %d MiB",
             free // MIB,
             requested // MIB,
             plan.arena_bytes // MIB,
@@ -110,4 +117,6 @@ def plan_arenas(
             suggest_shm_mib(requested, workers),
             requested // MIB,
         )
+    elif plan.reserve:
+        log.info("worker arenas take over half of the free /dev/shm (%d MiB): their pages are reserved", free // MIB)
     return plan

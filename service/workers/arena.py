@@ -40,7 +40,14 @@ def segment_name(tag: str) -> str:
 class ArenaMap:
     """A mapped segment (either side)."""
 
-    def __init__(self, name: str, size: int, create: bool) -> None:
+    def __init__(self, name: str, size: int, create: bool, reserve: bool = False) -> None:
+        if create and reserve:  # pages reserved now: a full /dev/shm is an error here, never a SIGBUS later
+            reserved = _reserved_segment(name, size, name)
+            self.size: int = reserved.size
+            self.mmap: mmap.mmap = reserved.mmap
+            self.name = name
+            self.buffer: memoryview = reserved.buffer
+            return
         flags = posix_ipc.O_CREX if create else 0
         seg = posix_ipc.SharedMemory(name, flags, size=size if create else 0)
         try:

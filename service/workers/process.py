@@ -44,6 +44,7 @@ class InstanceSpec:
     device_id: int = 0
     arena_bytes: int = 256 << 20
     arena_growth_bytes: int = 64 << 20
+    arena_reserve: bool = False  # posix_fallocate the arenas at start (a full /dev/shm fails the load, never SIGBUS)
     start_timeout_s: float = 120.0
     log_verbose: int = 0
     env: dict[str, str] = field(default_factory=dict)
@@ -164,8 +165,16 @@ class WorkerProcess:
         loop = asyncio.get_running_loop()
         tag = f"{next(_instance_ids)}"
         growth = spec.arena_growth_bytes
-        in_arena = self.in_arena = GrowingArena(ArenaMap(segment_name(tag + "i"), spec.arena_bytes, True), growth)
-        out_arena = self.out_arena = GrowingArena(ArenaMap(segment_name(tag + "o"), spec.arena_bytes, True), growth)
+        size, reserve = spec.arena_bytes, spec.arena_reserve
+        first = ArenaMap(segment_name(tag + "i"), size, True, reserve)
+        try:
+            second = ArenaMap(segment_name(tag + "o"), size, True, reserve)
+        except BaseException:
+            first.unlink()
+            first.close()
+            raise
+        in_arena = self.in_arena = GrowingArena(first, growth)
+        out_arena = self.out_arena = GrowingArena(second, growth)
         self.in_alloc = in_arena
         try:
             await self._spawn(loop)

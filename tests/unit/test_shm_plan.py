@@ -21,15 +21,20 @@ IDENTITY = """
 
 
 def test_fits_keeps_the_configured_size() -> None:
-    plan = fit_arena_bytes(256 * MIB, workers=3, free=2 * 3 * 256 * MIB)
-    assert plan.arena_bytes == 256 * MIB and not plan.shrunk
+    plan = fit_arena_bytes(256 * MIB, workers=3, free=4 * 3 * 256 * MIB)
+    assert plan.arena_bytes == 256 * MIB and not plan.shrunk and not plan.reserve
 
 
-def test_shrinks_to_whole_mib_that_fit() -> None:
+def test_shrinks_to_whole_mib_in_three_quarters_and_reserves() -> None:
     plan = fit_arena_bytes(256 * MIB, workers=3, free=64 * MIB)
-    assert plan.shrunk
-    assert plan.arena_bytes == 10 * MIB  # 64 MiB / 6 arenas = 10.67 -> 10
-    assert 2 * 3 * plan.arena_bytes <= 64 * MIB
+    assert plan.shrunk and plan.reserve
+    assert plan.arena_bytes == 8 * MIB  # 48 MiB / 6 arenas
+    assert 2 * 3 * plan.arena_bytes <= 48 * MIB
+
+
+def test_reserves_when_the_arenas_take_over_half() -> None:
+    assert fit_arena_bytes(8 * MIB, workers=1, free=24 * MIB).reserve
+    assert not fit_arena_bytes(8 * MIB, workers=1, free=40 * MIB).reserve
 
 
 def test_too_small_names_shm_size() -> None:
