@@ -1,10 +1,13 @@
-"""DirectScheduler with a fake instance pool and clock: one request per execution, FIFO, queue limit, stats."""
+"""DirectScheduler with a fake instance pool and clock: one request per execution, FIFO, queue limit, stats,
+drain and instance release (model lifecycle)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from service.core.scheduler import DirectScheduler
+from service.core.scheduler import UNLOADING_MESSAGE, DirectScheduler
 from service.core.stats import ModelStats
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, InputTensor
@@ -61,3 +64,41 @@ def test_queue_limit_and_queue_time() -> None:
     assert sched.stats.queue.count == 2
     assert sched.stats.queue.ns == 300_000  # "b" waited 300 µs, "a" none
     assert sched.stats.success.count == 2
+
+
+def test_drain_waits_for_every_final_response_and_stop_answers_the_queue() -> None:
+    async def scenario() -> None:
+        sched, pool, clock, responses = make(max_queue_size=0)
+        for rid in ("a", "b", "c"):
+            sched.enqueue(request(clock, responses, rid))
+        assert sched.outstanding == 3
+        drain = asyncio.ensure_future(sched.drain(5.0))
+        pool.workers[0].finish()
+        await asyncio.sleep(0)
+        assert not drain.done() and sched.outstanding == 2
+        assert await sched.drain(0.01) is False  # bounded
+        pool.workers[0].finish()
+        pool.workers[0].finish()
+        assert await drain is True and sched.outstanding == 0
+        sched.enqueue(request(clock, responses, "d"))
+        sched.enqueue(request(clock, responses, "e"))
+        sched.enqueue(request(clock, responses, "f"))  # queued: the instance holds d and e
+        await sched.stop()
+        assert responses[-1].id == "f" and responses[-1].error is not None
+        assert responses[-1].error.message == UNLOADING_MESSAGE
+
+    asyncio.run(scenario())
+
+
+def test_a_released_instance_gets_no_new_work() -> None:
+    async def scenario() -> None:
+        sched, pool, clock, responses = make(instances=2)
+        w0, w1 = pool.workers
+        await sched.release_worker(w1, 1.0)  # type: ignore[arg-type]
+        for rid in ("a", "b", "c", "d"):
+            sched.enqueue(request(clock, responses, rid))
+        assert w1.batches == [] and len(w0.batches) == 2
+        sched.add_worker(w1)  # type: ignore[arg-type]
+        assert len(w1.batches) == 2
+
+    asyncio.run(scenario())
