@@ -78,6 +78,7 @@ def test_instance_count_1_3_1_keeps_the_first_instance(explicit: Any) -> None:
     load.wait_answers(10)
     first_pid = {o.value[2] for o in load.outcomes if o.value is not None}
     assert len(first_pid) == 1
+    client.load_model(MODEL)  # nothing changed: a no-op, the instance keeps running
     (repo / MODEL / "config.pbtxt").write_text(tagged_config(MODEL, count=3))
     client.load_model(MODEL)
     grown = time.monotonic()
