@@ -13,6 +13,7 @@ section "Core path";                run $PY tests/bench/bench_core_vs_triton.py 
 section "Worker control channel";   run env PYTHONPATH=. $PY tests/bench/bench_ipc.py
 section "Streaming (--streaming)";  run $PY tests/bench/bench_core_vs_triton.py --rounds 3 --concurrency 1 4 --extra-pa-args=--streaming
 section "Shared memory";            run $PY tests/bench/bench_shm.py --rounds 3
+section "Arenas that grow";         run $PY tests/bench/bench_arena_growth.py --size-mib 64 --rounds 3
 section "Scheduler";                run $PY tests/bench/bench_batching.py --rounds 3
 section "Framework backends";       run $PY tests/bench/bench_torch.py --rounds 3
 section "BLS";                      run $PY tests/bench/bench_bls.py --rounds 3
