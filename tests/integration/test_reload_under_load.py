@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -255,4 +256,35 @@ def test_sequence_model_instance_removal_waits_for_its_live_sequences(tmp_path: 
     assert add(3, 101) == 6 and add(5, 303, end=True) == 10 and add(4, 101, end=True) == 10
     assert client.get_model_config("acc").config.instance_group[0].count == 1
     assert len(server.worker_pids()) == 1
+    client.close()
+
+
+def test_version_policy_change_keeps_the_versions_that_stay(tmp_path: Path, start_server: Any) -> None:
+    repo = tmp_path / "repo"
+    _write(repo, tag=1, version=1)
+    _write(repo, tag=2, version=2)  # latest { num_versions: 1 } (the default): version 2 serves
+    server = start_server([repo], ["--model-control-mode=explicit", f"--load-model={MODEL}"])
+    client = grpcclient.InferenceServerClient(server.url)
+    load = SteadyLoad(server.url, MODEL, unary=2, streams=1).start()
+    load.wait_answers(10)
+    (repo / MODEL / "config.pbtxt").write_text(
+        tagged_config(MODEL, extra="version_policy { latest { num_versions: 2 } }")
+    )
+    client.load_model(MODEL)
+    rows = {(m.version, m.state) for m in client.get_model_repository_index().models}
+    assert rows == {("1", "READY"), ("2", "READY")}
+    x = grpcclient.InferInput("INPUT0", [1], "FP32")
+    x.set_data_from_numpy(np.zeros(1, np.float32))
+    assert client.infer(MODEL, [x], model_version="1").as_numpy("OUTPUT0")[0] == 1.0
+    (repo / MODEL / "config.pbtxt").write_text(
+        tagged_config(MODEL, extra="version_policy { specific { versions: [2] } }")
+    )
+    client.load_model(MODEL)
+    load.wait_answers(10)
+    outcomes = load.stop()
+    _check_clean(load, outcomes)
+    assert {o.value[0] for o in outcomes if o.value is not None} == {2.0}  # unversioned calls: always version 2
+    assert len({o.value[2] for o in outcomes if o.value is not None}) == 1  # and never restarted
+    rows = {(m.version, m.state, m.reason) for m in client.get_model_repository_index().models}
+    assert rows == {("1", "UNAVAILABLE", "unloaded"), ("2", "READY", "")}
     client.close()
