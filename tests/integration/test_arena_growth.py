@@ -74,10 +74,41 @@ BLS_PY = """
 """
 
 
+EXPAND_CONFIG = """
+    name: "expand"
+    backend: "python"
+    max_batch_size: 0
+    input [ { name: "MIB" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+# A small request, a large response: OUT holds MIB MiB of ones (grows the worker's response arena).
+EXPAND_PY = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            out = []
+            for r in requests:
+                mib = int(pb_utils.get_input_tensor_by_name(r, "MIB").as_numpy()[0])
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.ones(mib << 18, np.float32))]))
+            return out
+"""
+
+
 def make_repo(repo: Path) -> Path:
     write_model(repo, "identity", IDENTITY_CONFIG, IDENTITY_PY)
     write_model(repo, "bls_big", BLS_CONFIG, BLS_PY)
+    write_model(repo, "expand", EXPAND_CONFIG, EXPAND_PY)
     return repo
+
+
+def mib_input(mib: int) -> list[grpcclient.InferInput]:
+    t = grpcclient.InferInput("MIB", [1], "INT32")
+    t.set_data_from_numpy(np.array([mib], np.int32))
+    return [t]
 
 
 def tensor(n_bytes: int, seed: int = 0) -> tuple[list[grpcclient.InferInput], np.ndarray]:
@@ -110,6 +141,7 @@ def test_tensors_larger_than_the_arena_grow_it(server: ServerProcess) -> None:
         for size in (8 * MIB, 3 * MIB, 20 * MIB):  # 1 MiB arenas
             inputs, x = tensor(size, seed=size)
             np.testing.assert_array_equal(client.infer("identity", inputs).as_numpy("OUT"), x + 1)
+        assert client.infer("expand", mib_input(6)).as_numpy("OUT").sum() == 6 * MIB // 4
     finally:
         client.close()
     # the grown segments live in shared memory, mapped by the worker and the server, their names already gone
@@ -177,6 +209,11 @@ def test_full_dev_shm_fails_the_request_and_the_server_keeps_serving(tmp_path: P
                 inputs, x = tensor(2 * MIB, seed=4)
                 offset = 1 if model == "identity" else 2
                 np.testing.assert_array_equal(client.infer(model, inputs).as_numpy("OUT"), x + offset)
+            # a small request whose response does not fit: the worker's arena cannot grow
+            with pytest.raises(InferenceServerException) as e:
+                client.infer("expand", mib_input(64))
+            assert "Failed to increase the shared memory pool size" in str(e.value)
+            assert client.infer("expand", mib_input(2)).as_numpy("OUT").size == 2 * MIB // 4
             assert client.is_server_live() and client.is_model_ready("identity")
         finally:
             client.close()
