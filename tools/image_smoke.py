@@ -49,6 +49,8 @@ class Running:
     proc: subprocess.Popen[bytes] | None = None  # chroot: the server process itself
     container: str = ""  # engine run: the container's name
     engine: str = ""
+    root: str = ""  # chroot: the mounted image
+    config: dict | None = None  # chroot: the image's Config
 
     def log(self) -> str:
         """What the server printed so far."""
@@ -74,6 +76,24 @@ class Running:
             [self.engine, "exec", self.container, "id", "-u"], capture_output=True, text=True
         ).stdout.strip()
 
+    def healthcheck(self) -> tuple[bool, str]:
+        """Run the image's HEALTHCHECK command (chroot: inside the image, pointed at this run's HTTP port)."""
+        if self.proc is None:
+            if self.engine != "podman":
+                return True, "skipped: only podman runs a healthcheck on demand"
+            done = subprocess.run([self.engine, "healthcheck", "run", self.container], capture_output=True, text=True)
+            return done.returncode == 0, (done.stdout + done.stderr).strip() or "healthy"
+        test = list(((self.config or {}).get("Healthcheck") or {}).get("Test") or [])
+        if test[:1] != ["CMD"]:
+            return False, f"no exec-form HEALTHCHECK in the image: {test}"
+        argv = [a.replace("127.0.0.1:8000", f"127.0.0.1:{self.http_port}") for a in test[1:]]
+        env = ["env", "-i", *((self.config or {}).get("Env") or [])]
+        user = (self.config or {}).get("User") or "0:0"
+        done = subprocess.run(
+            ["chroot", f"--userspec={user}", self.root, *env, *argv], capture_output=True, text=True, timeout=30
+        )
+        return done.returncode == 0, f"{shlex.join(argv)[:60]}... exit {done.returncode}"
+
     def stop(self) -> int:
         """SIGTERM, then the exit status (killed after 60 s)."""
         if self.proc is not None:
@@ -89,10 +109,12 @@ class Running:
 
 
 def image_config(engine: str, image: str) -> dict:
-    """The image's Config (Entrypoint, Cmd, Env, User, WorkingDir)."""
+    """The image's Config (Entrypoint, Cmd, Env, User, WorkingDir, Healthcheck)."""
     out = subprocess.run([engine, "image", "inspect", image], check=True, capture_output=True, text=True).stdout
     info = json.loads(out)[0]
-    return info.get("Config") or info.get("config") or {}
+    config = dict(info.get("Config") or info.get("config") or {})
+    config.setdefault("Healthcheck", info.get("Healthcheck"))  # podman lists it beside Config
+    return config
 
 
 @contextlib.contextmanager
@@ -149,7 +171,16 @@ def run_chroot(engine: str, image: str, repo: Path, shm_size: str, log_path: Pat
             stderr=subprocess.STDOUT,
         )
     try:
-        yield Running(log_path, grpc_port, http_port, metrics_port, "podman image mount + chroot", proc=proc)
+        yield Running(
+            log_path,
+            grpc_port,
+            http_port,
+            metrics_port,
+            "podman image mount + chroot",
+            proc=proc,
+            root=root,
+            config=config,
+        )
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -244,6 +275,7 @@ def main() -> int:
             if "arena" in line.lower():
                 print(f"  log: {line}", flush=True)
         ok &= smoke(running)
+        ok &= check("HEALTHCHECK", *running.healthcheck())
         code = running.stop()
         ok &= check("SIGTERM -> clean exit", code == 0, f"exit status {code}")
     if not ok:
