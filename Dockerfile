@@ -46,9 +46,11 @@ COPY service ./service
 COPY shm ./shm
 COPY load ./load
 COPY tools/make_example_models.py ./tools/
-# the seed TorchScript example is generated, then packaged with the other example models
+# the seed TorchScript example is generated, then packaged with the other example models; torch's C++ headers
+# and test binaries (about 145 MB) are not needed to serve
 RUN python3 tools/make_example_models.py \
- && pip install -c constraints.txt --no-deps .
+ && pip install -c constraints.txt --no-deps . \
+ && rm -rf /opt/trireme/lib/python3*/site-packages/torch/include /opt/trireme/lib/python3*/site-packages/torch/test
 
 # ---- runtime stage: the environment and an interpreter, nothing else ----------------------------------------------
 FROM ${BASE_IMAGE}
