@@ -242,6 +242,11 @@ def decode_infer_request(msg: pb.ModelInferRequest | SplitRequest) -> InferReque
             if cls is not None:
                 if out.shm is not None:
                     raise invalid_arg("output can't set both 'shared_memory_region' and 'classification'")
+                if cls.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param"):
+                    raise invalid_arg(
+                        f"invalid value type for 'classification' parameter for output '{o.name}', expected "
+                        "int64_param."
+                    )
                 out.classification = int(param_value(cls) or 0)
         req.outputs.append(out)
     return req

@@ -194,3 +194,15 @@ def test_load_of_a_valid_name_still_works(server: ServerProcess) -> None:
     client.load_model("identity_fp32")
     assert client.is_model_ready("identity_fp32")
     client.close()
+
+
+@pytest.mark.parametrize("value", [float("nan"), 2.5])
+def test_classification_must_be_an_integer(stub: pb_grpc.GRPCInferenceServiceStub, value: float) -> None:
+    """Found by the reliability fuzzer: a double `classification` parameter (NaN) was an INTERNAL error."""
+    msg = _infer_request([1, 4])
+    msg.outputs.add(name="OUTPUT0").parameters["classification"].double_param = value
+    err = _error(lambda: stub.ModelInfer(msg))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details() == (
+        "invalid value type for 'classification' parameter for output 'OUTPUT0', expected int64_param."
+    )
