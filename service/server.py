@@ -27,7 +27,7 @@ from service.core.trace_settings import parse_trace_config
 from service.core.tracer import Tracer
 from service.errors import ServiceError
 from service.examples import missing_example_lines
-from service.frontend.grpc_server import build_grpc_server
+from service.frontend.grpc_server import build_grpc_server, server_credentials
 from service.frontend.http_server import HttpFrontend, HttpOptions
 from service.frontend.metrics_http import Collector, MetricsService
 from service.security_config import http_ssl_context
@@ -130,6 +130,9 @@ class Server:
 
     async def start(self) -> bool:
         """Load models and start listening; False when a model failed and exit-on-error is set."""
+        # TLS files are checked before the models load: a wrong path fails at once, naming its flag (OSError)
+        server_credentials(self.config.grpc)
+        http_ssl_context(self.config.http_tls)
         removed = remove_stale_segments()
         if removed:
             log.info("removed %d stale shared-memory segments of exited Trireme processes", removed)

@@ -81,6 +81,23 @@ def test_server_wide_bound(tmp_path: Path, start_server) -> None:  # type: ignor
     client.close()
 
 
+def test_stream_requests_count_and_are_refused_in_band(tmp_path: Path, start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server([_repo(tmp_path)], ["--max-inflight-requests=1"])
+    client = grpcclient.InferenceServerClient(server.url)
+    results: queue.Queue[Any] = queue.Queue()
+    client.start_stream(lambda result, error: results.put(error if error is not None else result))
+    x = grpcclient.InferInput("INPUT0", [1], "FP32")
+    x.set_data_from_numpy(np.ones(1, np.float32))
+    for i in range(2):
+        client.async_stream_infer("slow_a", [x], request_id=str(i))
+    got = [results.get(timeout=30) for _ in range(2)]
+    client.stop_stream()
+    errors = [g for g in got if isinstance(g, InferenceServerException)]
+    assert len(errors) == 1 and errors[0].message().startswith("Server is busy: 1 inference requests in flight")
+    assert [g.as_numpy("OUTPUT0").tolist() for g in got if g not in errors] == [[1.0]]
+    client.close()
+
+
 def test_per_model_bound(tmp_path: Path, start_server) -> None:  # type: ignore[no-untyped-def]
     server = start_server([_repo(tmp_path)], ["--max-inflight-requests-per-model=1"])
     client = grpcclient.InferenceServerClient(server.url)
