@@ -158,8 +158,10 @@ def test_batched_counts_and_pending_gauge(server: ServerProcess, client: grpccli
     deadline = time.monotonic() + 1.2
     pending = 0.0
     while time.monotonic() < deadline and pending < 3:
-        pending = scrape(server.metrics_url).value("nv_inference_pending_request_count", **labels)
+        queued = scrape(server.metrics_url)
+        pending = queued.value("nv_inference_pending_request_count", **labels)
     assert pending == 3
+    assert queued.value("trireme_queue_depth", **labels) == 3  # queued, none executing yet
     while len(done) < 3 and time.monotonic() < deadline + 10:
         time.sleep(0.05)
     assert done == [None, None, None]
@@ -172,6 +174,19 @@ def test_batched_counts_and_pending_gauge(server: ServerProcess, client: grpccli
     # each request queued for about the 1.5 s delay
     assert m.value("trireme_queue_duration_seconds_bucket", le="1", **labels) == 0
     assert m.value("trireme_queue_duration_seconds_bucket", le="2.5", **labels) == 3
+
+
+def test_http_requests_count_in_the_same_metrics(server: ServerProcess) -> None:
+    import tritonclient.http as httpclient
+
+    labels = {"model": "raise_error", "version": "1"}
+    before = scrape(server.metrics_url).value("nv_inference_request_success", **labels)
+    client = httpclient.InferenceServerClient(server.http_url)
+    t = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+    t.set_data_from_numpy(np.ones((1, 3), np.float32))
+    client.infer("raise_error", [t])
+    client.close()
+    assert scrape(server.metrics_url).value("nv_inference_request_success", **labels) == before + 1
 
 
 def test_failure_reasons_rejected_and_canceled(server: ServerProcess, client: grpcclient.InferenceServerClient) -> None:
