@@ -90,7 +90,7 @@ say "base: $BASE"
 [ "$MODE" = "--base-only" ] && exit 0
 
 # ---- build -----------------------------------------------------------------------------------------------------
-BUILD_ARGS=(--build-arg "BASE_IMAGE=$BASE" -t "$IMAGE" -f Dockerfile)
+BUILD_ARGS=(--build-arg "BASE_IMAGE=$BASE" -f Dockerfile)
 if [ "$ENGINE" = podman ]; then
   # docker format keeps HEALTHCHECK; chroot isolation works where the OCI runtime cannot start containers
   BUILD_ARGS+=(--format docker --isolation=chroot)
@@ -124,14 +124,16 @@ if ! timeout 10 "$PY" -c "import urllib.request as u; u.urlopen('https://downloa
   BUILD_ARGS+=(--build-arg TORCH_INDEX_URL=)  # unreachable: the CPU wheel must come from the lent sources
 fi
 say "building $IMAGE"
-OLD_ID=$("$ENGINE" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 t0=$(date +%s)
-nice -n 10 "$ENGINE" build "${BUILD_ARGS[@]}" . >/tmp/trireme-build-image.log 2>&1 \
+nice -n 10 "$ENGINE" build "${BUILD_ARGS[@]}" -t "$IMAGE" . >/tmp/trireme-build-image.log 2>&1 \
   || { tail -40 /tmp/trireme-build-image.log >&2; say "error: build failed (full log /tmp/trireme-build-image.log)"; exit 1; }
 say "built in $(($(date +%s) - t0)) s"
-NEW_ID=$("$ENGINE" image inspect --format '{{.Id}}' "$IMAGE")
-if [ -n "$OLD_ID" ] && [ "$OLD_ID" != "$NEW_ID" ]; then
-  "$ENGINE" rmi "$OLD_ID" >/dev/null 2>&1 || true  # the previous build's image (its cached layers stay)
+# the build stage gets a tag too (all cached: seconds), so that pruning untagged images removes what earlier builds
+# left behind but keeps this build's layer cache (torch, dependencies) for the next one; CI prunes, so that runs
+# on one machine do not fill its disk (a developer's other untagged images are left alone)
+"$ENGINE" build "${BUILD_ARGS[@]}" --target build -t "$IMAGE-build-stage" . >/dev/null 2>&1 || true
+if [ "$MODE" = "--ci" ]; then
+  "$ENGINE" image prune -f >/dev/null 2>&1 || true
 fi
 SIZE=$("$ENGINE" image inspect --format '{{.Size}}' "$IMAGE")
 say "image size: $((SIZE / 1000000)) MB ($SIZE bytes)"
