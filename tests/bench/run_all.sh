@@ -19,6 +19,7 @@ section "Framework backends";       run $PY tests/bench/bench_torch.py --rounds 
 section "BLS";                      run $PY tests/bench/bench_bls.py --rounds 3
 section "Metrics endpoint";         run $PY tests/bench/bench_metrics.py --pairs 20
 section "Model changes under load"; run $PY tests/bench/bench_reload.py
+section "HTTP/REST front end";      run $PY tests/bench/bench_http.py --rounds 3
 section "load/: trireme-perf vs perf_analyzer"
 run $PY -m load crosscheck --server trireme -m identity_fp32 --concurrency 1,4 --rounds 5 -p 3000
 echo "wrote $OUT" >&2

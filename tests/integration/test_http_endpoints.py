@@ -5,6 +5,7 @@ through shm), logging, trace; every error status with Triton's `{"error": ...}` 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -256,3 +257,16 @@ def test_binary_header_errors(server: ServerProcess) -> None:
     assert r.status_code == 400 and "Inference-Header-Content-Length" in r.json()["error"]
     r = post(server, url, data=header)
     assert r.status_code == 400 and "Infer-Header-Content-Length" in r.json()["error"]
+
+
+def test_allow_http_false_and_port_in_use(start_server: Any) -> None:
+    off = start_server(args=["--allow-http=false"])
+    assert "Started GRPCInferenceService" in off.log() and "HTTPService" not in off.log()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://{off.http_url}/v2/health/live", timeout=5)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        clash = start_server(args=["--http-port", str(busy.getsockname()[1])], wait=False)
+        assert clash.proc.wait(60) == 1
+    assert "failed to start" in clash.log() and "Started GRPCInferenceService" not in clash.log()
