@@ -110,11 +110,45 @@ class TritonPythonModel:
 """
 
 
+TICKER_CONFIG = """
+name: "ticker"
+backend: "python"
+max_batch_size: 0
+input [ { name: "MARKER" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "TICK" data_type: TYPE_INT32 dims: [ 1 ] } ]
+model_transaction_policy { decoupled: true }
+"""
+
+# decoupled: a response every 20 ms for up to 20 s; once the request is cancelled it writes the number of
+# responses it sent into the file named by MARKER and stops
+TICKER_PY = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            marker = pb_utils.get_input_tensor_by_name(request, "MARKER").as_numpy()[0].decode()
+            sender = request.get_response_sender()
+            for i in range(1000):
+                if request.is_cancelled():
+                    with open(marker, "w") as f:
+                        f.write(str(i))
+                    break
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("TICK", np.array([i], np.int32))]))
+                time.sleep(0.02)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
 def build_repo(repo: Path) -> Path:
     """Write every model the HTTP tests use into `repo`."""
     write_model(repo, "linear", LINEAR_CONFIG, LINEAR_PY)
     write_model(repo, "words", WORDS_CONFIG, WORDS_PY)
     write_model(repo, "params", PARAMS_CONFIG, PARAMS_PY)
     write_model(repo, "counter", COUNTER_CONFIG, COUNTER_PY)
+    write_model(repo, "ticker", TICKER_CONFIG, TICKER_PY)
     copy_example(repo, "add_sub", "identity_bytes", "identity_fp32_any")
     return repo

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -307,3 +308,22 @@ def test_generate_single_response(server: ServerProcess) -> None:
     r = requests.post(url(server, "/v2/models/params/generate"), json=body, timeout=30)
     assert r.status_code == 200, r.text
     assert json.loads(r.json()["PARAMS"]) == {"colour": "red"} and r.json()["echoed"] is True
+
+
+def test_generate_stream_client_disconnect_cancels_the_request(server: ServerProcess, tmp_path: Path) -> None:
+    marker = tmp_path / "cancelled"
+    with requests.post(
+        url(server, "/v2/models/ticker/generate_stream"), json={"MARKER": str(marker)}, stream=True, timeout=30
+    ) as r:
+        ticks: list[int] = []
+        for line in r.iter_lines():
+            if line:
+                ticks.append(json.loads(line[len(b"data: ") :])["TICK"])
+            if len(ticks) == 3:
+                break
+    assert ticks == [0, 1, 2]
+    deadline = time.monotonic() + 15
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), "the model never saw the request cancelled"
+    assert 3 <= int(marker.read_text()) < 900  # it stopped early, soon after the client left
