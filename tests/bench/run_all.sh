@@ -10,6 +10,8 @@ section() { printf '\n## %s\n\n' "$1" >>"$OUT"; }
 run() { echo "+ $*" >&2; "$@" >>"$OUT" 2>>"$OUT.log" || echo "(failed: $*; see $OUT.log)" >>"$OUT"; }
 echo "# Benchmarks regenerated $(date -u +%FT%TZ) on $(nproc) cores" >"$OUT"
 section "Core path";                run $PY tests/bench/bench_core_vs_triton.py --rounds 3
+section "Hot path (worker, in-process, inline vs Triton)"; run $PY tests/bench/bench_hotpath.py --rounds 3
+section "Large messages (small requests while 100 MiB ones stream)"; run $PY tests/bench/bench_large.py --rounds 3
 section "Worker control channel";   run env PYTHONPATH=. $PY tests/bench/bench_ipc.py
 section "Streaming (--streaming)";  run $PY tests/bench/bench_core_vs_triton.py --rounds 3 --concurrency 1 4 --extra-pa-args=--streaming
 section "Shared memory";            run $PY tests/bench/bench_shm.py --rounds 3
