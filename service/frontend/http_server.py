@@ -8,7 +8,6 @@ unknown path is 404 `{"error": "Not Found"}`, a known path with the wrong method
 
 from __future__ import annotations
 
-import logging
 import re
 import socket
 import ssl
@@ -26,8 +25,6 @@ from service.frontend import http_codec as codec
 from service.frontend.http_util import JSON, compress_if_asked, error_body, error_response, json_response, read_body
 from service.security_config import RestrictedApi
 from service.types import InferRequest, InferResponse
-
-log = logging.getLogger("trireme.http")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _MODEL = r"/v2/models/{model}"
