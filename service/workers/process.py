@@ -310,9 +310,12 @@ class WorkerProcess:
         return self.alive and self.transport is not None and not self.transport.is_closing()
 
     def send(self, message: Any) -> None:
-        """Write one frame to the worker."""
-        assert self.transport is not None
-        self.transport.write(ipc.encode(message))
+        """Write one frame to the worker; nothing when its channel is already closing (the worker died and
+        on_connection_lost, which runs next, fails every request in flight, this one included)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(ipc.encode(message))
 
     def execute(self, batch: list[InferRequest], on_done: DoneCallback) -> None:
         """Send a batch; responses go to each request's on_response; on_done runs when execute returns."""
