@@ -34,8 +34,17 @@ class ClientSegments:
         self._maps: dict[str, tuple[int, int, mmap.mmap]] = {}
         self._lock = threading.Lock()
 
-    def buffer(self, key: str) -> memoryview:
-        """The whole segment `key` as a writable memoryview."""
+    def buffer(self, key: str, need: int = 0) -> memoryview:
+        """The whole segment `key` as a writable memoryview.
+
+        A segment is mapped once and kept until the server says it was unregistered (ipc.Unmap), as Triton keeps
+        a region mapped from registration on: no system call per request, and a segment of the same name that
+        someone else creates later (POSIX names are machine-wide) is not picked up behind the client's back.
+        It is remapped only when the mapping is shorter than `need` bytes (the segment grew)."""
+        with self._lock:
+            cached = self._maps.get(key)
+            if cached is not None and cached[1] >= need:
+                return memoryview(cached[2])
         path = "/dev/shm/" + key.lstrip("/")
         try:
             st = os.stat(path)
@@ -210,7 +219,7 @@ class WorkerChannel:
             assert self.in_arena is not None
             return raw_to_numpy(self.in_arena.buffer[t.offset : t.offset + t.nbytes], t.datatype, t.shape)
         if t.where == ipc.WHERE_SYSTEM_SHM:
-            buf = self.client_segments.buffer(t.key)
+            buf = self.client_segments.buffer(t.key, t.offset + t.nbytes)
             return raw_to_numpy(buf[t.offset : t.offset + t.nbytes], t.datatype, t.shape)
         region = self.client_cuda.region(t.handle, t.device, t.offset + t.nbytes)
         if self.gpu_inputs and t.datatype != "BYTES":
@@ -230,7 +239,7 @@ class WorkerChannel:
                 region = self.client_cuda.region(target.handle, target.device, target.offset + target.nbytes)
                 region.write(target.offset, raw)
                 return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_CUDA_SHM, nbytes=nbytes)
-            buf = self.client_segments.buffer(target.key)
+            buf = self.client_segments.buffer(target.key, target.offset + nbytes)
             if target.offset + nbytes > len(buf):
                 raise ValueError(
                     f"shared memory segment '{target.key}' holds {len(buf)} bytes, too few for output '{name}' "
