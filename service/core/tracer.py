@@ -8,12 +8,14 @@ JSON trace file (mode `triton`) or handed to the OpenTelemetry exporter (mode `o
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import orjson
 
 from service.core.trace_settings import OtelSettings, TraceSettings, apply_update
 from service.errors import ErrorCode, ServiceError
@@ -23,6 +25,14 @@ log = logging.getLogger("trireme.trace")
 # Triton's activity names for TENSORS-level records
 TENSOR_QUEUE_INPUT = "TENSOR_QUEUE_INPUT"
 TENSOR_BACKEND_OUTPUT = "TENSOR_BACKEND_OUTPUT"
+
+
+def _write_file(path: str, records: list[dict[str, Any]]) -> None:
+    try:
+        with open(path, "wb") as f:
+            f.write(orjson.dumps(records))
+    except OSError as e:
+        log.error("cannot write trace file '%s': %s", path, e)
 
 
 class Trace:
@@ -113,7 +123,9 @@ class Tracer:
         self._ids = itertools.count(1)
         self._open: dict[int, Trace] = {}  # traces still running, by id (BLS children find their parent)
         self._done: list[dict[str, Any]] = []
+        self._done_roots = 0  # finished top-level traces in _done (log_frequency counts those)
         self._file_index = 0
+        self._writer: ThreadPoolExecutor | None = None  # trace files are written off the event loop
         self._lock = threading.Lock()
         self._otel: Any = None
         self.known_model: Callable[[str], bool] = lambda name: True
@@ -226,19 +238,18 @@ class Tracer:
             return
         with self._lock:
             self._done.extend(trace.records())
-            if settings.log_frequency and settings.file and trace.parent is None:
-                roots = sum(1 for r in self._done if "model_name" in r and "parent_id" not in r)
-                if roots >= settings.log_frequency:
-                    self._write(f"{settings.file}.{self._file_index}")
-                    self._file_index += 1
+            if trace.parent is None:
+                self._done_roots += 1
+            if settings.log_frequency and settings.file and self._done_roots >= settings.log_frequency:
+                self._write(f"{settings.file}.{self._file_index}")
+                self._file_index += 1
 
     def _write(self, path: str) -> None:
-        records, self._done = self._done, []
-        try:
-            with open(path, "w") as f:
-                json.dump(records, f)
-        except OSError as e:
-            log.error("cannot write trace file '%s': %s", path, e)
+        """Hand the collected records to the writer thread (encoding thousands of traces takes milliseconds)."""
+        records, self._done, self._done_roots = self._done, [], 0
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-writer")
+        self._writer.submit(_write_file, path, records)
 
     def _exporter(self) -> Any:
         if self._otel is None:
@@ -254,5 +265,7 @@ class Tracer:
             if self._done and settings.file:
                 path = settings.file if not settings.log_frequency else f"{settings.file}.{self._file_index}"
                 self._write(path)
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
         if self._otel is not None:
             self._otel.shutdown()

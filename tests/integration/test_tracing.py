@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -125,6 +126,20 @@ def read_files(prefix: Path) -> list[dict[str, Any]]:
     return records
 
 
+def wait_for_traces(prefix: Path, roots: int, timeout_s: float = 20.0) -> dict[int, dict[str, Any]]:
+    """The traces in <prefix>.N files once at least `roots` top-level traces are there (a writer thread writes
+    them shortly after the requests finish)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            traces = traces_by_id(read_files(prefix))
+        except json.JSONDecodeError:  # a file being written
+            traces = {}
+        if sum(1 for t in traces.values() if "parent_id" not in t) >= roots or time.monotonic() > deadline:
+            return traces
+        time.sleep(0.05)
+
+
 def test_trace_settings_round_trip(repo: Path, tmp_path: Path) -> None:
     with running_server([repo], tmp_path / "server.log") as server:
         client = grpcclient.InferenceServerClient(server.url)
@@ -202,7 +217,7 @@ def test_rate_count_children_and_tensors(repo: Path, tmp_path: Path) -> None:
         client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "2", "trace_count": "3"})
         for n in range(1, 11):
             infer(client, "ident", n=n)
-        traces = traces_by_id(read_files(prefix))
+        traces = wait_for_traces(prefix, 3)
         assert sorted(len(t["tensors"]) for t in traces.values()) == [0, 0, 0]
         assert len(traces) == 3
         assert client.get_trace_settings(as_json=True)["settings"]["trace_count"]["value"] == ["0"]
@@ -214,7 +229,7 @@ def test_rate_count_children_and_tensors(repo: Path, tmp_path: Path) -> None:
         infer(client, "ens")
         infer(client, "bls")
         infer(client, "ident", n=3)
-        new = {i: t for i, t in traces_by_id(read_files(prefix)).items() if i not in before}
+        new = {i: t for i, t in wait_for_traces(prefix, len(before) + 3).items() if i not in before}
         client.close()
     by_model: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for i, t in new.items():
@@ -328,7 +343,7 @@ def test_trace_settings_and_stamps_over_http(repo: Path, tmp_path: Path) -> None
         inp.set_data_from_numpy(x)
         np.testing.assert_array_equal(client.infer("ident", [inp]).as_numpy("OUTPUT0"), x)
         client.close()
-        traces = traces_by_id(read_files(prefix))
+        traces = wait_for_traces(prefix, 1)
     (trace,) = traces.values()
     names = list(trace["timestamps"])
     assert names[:2] == ["HTTP_RECV_START", "HTTP_RECV_END"] and names[-2:] == ["HTTP_SEND_START", "HTTP_SEND_END"]
