@@ -361,6 +361,15 @@ class Engine:
         region = next(r for r in held if r.name == t.shm.region and r.offset == t.shm.offset)
         return self.shm_registry.read(region)
 
+    def client_shm(self) -> Any:
+        """The registry of client shared-memory regions; UNSUPPORTED while --allow-client-shm is false."""
+        if self.shm_registry is None:
+            raise ServiceError(
+                ErrorCode.UNSUPPORTED,
+                "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
+            )
+        return self.shm_registry
+
     def release_shm(self, request: InferRequest) -> None:
         """Drop the shm region references `request` holds (idempotent)."""
         held = self._shm_holds.pop(request, None)

@@ -20,6 +20,19 @@ LATENCY_BUCKETS_S = (
 _LATENCY_BUCKETS_NS = tuple(int(b * 1e9) for b in LATENCY_BUCKETS_S)
 
 
+# ModelStats' Duration fields, in the order of the statistics extension's InferStatistics
+DURATION_FIELDS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
+
+
 @dataclass(slots=True)
 class Duration:
     """A count and a total duration in ns."""

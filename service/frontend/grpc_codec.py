@@ -8,7 +8,7 @@ import numpy as np
 
 from protos import grpc_service_pb2 as pb
 from service.core.engine import IndexEntry, ModelMetadata
-from service.core.stats import Duration, ModelStats
+from service.core.stats import DURATION_FIELDS, Duration, ModelStats
 from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.grpc_large import SplitRequest
 from service.types import (
@@ -306,16 +306,7 @@ def statistics_response(rows: list[tuple[str, str, ModelStats]]) -> pb.ModelStat
             execution_count=s.execution_count,
         )
         st = m.inference_stats
-        for field in (
-            "success",
-            "fail",
-            "queue",
-            "compute_input",
-            "compute_infer",
-            "compute_output",
-            "cache_hit",
-            "cache_miss",
-        ):
+        for field in DURATION_FIELDS:
             _duration(getattr(st, field), getattr(s, field))
         for size, b in sorted(s.batch_stats.items()):
             bs = m.batch_stats.add(batch_size=size)

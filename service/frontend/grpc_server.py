@@ -220,13 +220,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ---- shared memory --------------------------------------------------------------------------------------
     def _registry(self) -> Any:
-        registry = self.engine.shm_registry
-        if registry is None:
-            raise ServiceError(
-                ErrorCode.UNSUPPORTED,
-                "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
-            )
-        return registry
+        return self.engine.client_shm()
 
     def _shm_status(self, kind: str, name: str) -> list[Any]:
         """Regions of kind "system" or "cuda" (all when name is empty); none while client shm is disabled."""

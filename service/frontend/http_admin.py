@@ -14,23 +14,13 @@ from typing import Any
 from aiohttp import web
 
 from service.core.engine import Engine
-from service.core.stats import Duration, ModelStats
+from service.core.stats import DURATION_FIELDS, Duration, ModelStats
 from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.http_util import json_response, read_json_object
 from shm.errors import ShmError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Route = Callable[..., None]
-_STAT_FIELDS = (
-    "success",
-    "fail",
-    "queue",
-    "compute_input",
-    "compute_infer",
-    "compute_output",
-    "cache_hit",
-    "cache_miss",
-)
 CUDA_IPC_HANDLE_SIZE = 64
 
 
@@ -46,7 +36,7 @@ def stats_json(name: str, version: str, s: ModelStats) -> dict[str, Any]:
         "last_inference": s.last_inference_ms,
         "inference_count": s.inference_count,
         "execution_count": s.execution_count,
-        "inference_stats": {f: _duration(getattr(s, f)) for f in _STAT_FIELDS},
+        "inference_stats": {f: _duration(getattr(s, f)) for f in DURATION_FIELDS},
         "response_stats": {},
         "batch_stats": [
             {
@@ -148,13 +138,7 @@ class AdminRoutes:
         return "cuda" if request.path.startswith("/v2/cuda") else "system"
 
     def _registry(self) -> Any:
-        registry = self.engine.shm_registry
-        if registry is None:
-            raise ServiceError(
-                ErrorCode.UNSUPPORTED,
-                "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
-            )
-        return registry
+        return self.engine.client_shm()
 
     async def shm_status(self, request: web.Request) -> web.Response:
         """[{"name", "key", "offset", "byte_size"}] (system) or [{"name", "device_id", "byte_size"}] (CUDA)."""
