@@ -140,6 +140,10 @@ class ModelRepository:
         for name, path in found.items():
             self.models.setdefault(name, ModelEntry(name, path))
         names = [n for n in found if only is None or n in only]
+        for n in names:  # LOADING before any load starts, so an ensemble loading beside them waits for them
+            entry = self.models[n]
+            if not any(mv.state == READY for mv in entry.versions.values()):
+                entry.state = LOADING
         await asyncio.gather(*(self.load(n) for n in names))
 
     # ---- load / reload ----------------------------------------------------------------------------------
@@ -191,7 +195,7 @@ class ModelRepository:
             await self.load_barrier.wait(
                 entry.name,
                 step_model_names(config),
-                lambda n: n in self.models and self.models[n].state == LOADING,
+                lambda n: n in self.models and (self.models[n].state == LOADING or self.models[n].lock.locked()),
             )
         plan = self._plan(entry, config, chosen, serving, files)
         for v in plan.start:
