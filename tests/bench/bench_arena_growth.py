@@ -3,7 +3,7 @@ real Triton with its Python-backend pool growing the same way.
 
 Three servers serve the same Python model (OUT = IN + 1, FP32): Trireme with 1 MiB arenas growing in 64 MiB
 steps, Trireme with arenas of 2x the tensor size (no growth), and real Triton 2.51 with the same pool flags as
-the first (skipped when ../shared/tools/install-anchors.sh was not run). Each round times the first request
+the first (skipped when tools/install-triton-tools.sh was not run). Each round times the first request
 (the one that grows) and then --requests more (reusing the grown segments) on every server, in an order
 that alternates per round.
 
