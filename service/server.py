@@ -24,7 +24,6 @@ from service.core.schedulers import make_scheduler
 from service.core.shm_plan import plan_arenas
 from service.core.system_metrics import SystemSampler
 from service.core.trace_settings import parse_trace_config
-from service.core.tracer import Tracer
 from service.errors import ServiceError
 from service.examples import missing_example_lines
 from service.frontend.grpc_server import build_grpc_server, server_credentials
@@ -115,9 +114,7 @@ class Server:
         if config.cache_bytes:
             self.engine.enable_response_cache(config.cache_bytes)
         if config.trace_config:
-            settings, otel = parse_trace_config(config.trace_config)
-            self.engine.tracer = Tracer(settings, otel)
-            self.engine.tracer.known_model = lambda name: name in self.repository.models
+            self.engine.configure_tracing(*parse_trace_config(config.trace_config))
         self.engine.log_settings.log_verbose_level = config.log_verbose
         self.bls.engine = self.engine
         self.grpc_server: grpc.aio.Server | None = None

@@ -17,7 +17,7 @@ from service.core.classification import classify, load_labels
 from service.core.log_settings import LogSettings
 from service.core.repository import READY, ModelRepository, ModelVersion
 from service.core.stats import ModelStats
-from service.core.trace_settings import TraceSettings
+from service.core.trace_settings import OtelSettings, TraceSettings
 from service.core.tracer import Tracer
 from service.core.validation import check_model_name, parse_version, validate_request
 from service.errors import ErrorCode, ServiceError
@@ -100,8 +100,11 @@ class Engine:
         self.log_settings = LogSettings()
         self._labels: dict[tuple[str, str], list[str]] = {}  # (model dir, label file) -> labels
         self.cache_gate: CacheGate | None = None  # set by enable_response_cache (--cache-config)
-        self.tracer = Tracer(TraceSettings())  # replaced by the server from --trace-config
-        self.tracer.known_model = lambda name: name in repository.models
+        self.tracer = Tracer(TraceSettings(), known_model=lambda name: name in repository.models)
+
+    def configure_tracing(self, settings: TraceSettings, otel: OtelSettings) -> None:
+        """Trace requests as --trace-config says (tracing is off until then)."""
+        self.tracer = Tracer(settings, otel, known_model=self.tracer.known_model)
 
     def enable_response_cache(self, budget_bytes: int) -> None:
         """Answer repeated requests of models with `response_cache { enable: true }` from a local cache."""
@@ -437,6 +440,8 @@ class Engine:
             hit, key = gate.lookup(mv, request)
             if hit is not None:  # answered from the cache: the model does not run
                 self.release_shm(request)
+                if request.trace is not None:
+                    on_response = self._traced(request, mv, on_response)
                 asyncio.get_running_loop().call_soon(on_response, hit)
                 return
             if key is not None:
@@ -447,10 +452,8 @@ class Engine:
         if admission is not None:
             admission.enter(mv)  # raises UNAVAILABLE above a bound
             on_response = self._admitted(admission, mv, on_response)
-        trace = request.trace
-        if trace is not None:
-            trace_hooks.queued(trace, request, mv.version)
-            on_response = trace_hooks.answering(trace, on_response)
+        if request.trace is not None:
+            on_response = self._traced(request, mv, on_response)
         request.on_response = on_response
         self._hold_shm(request)
         assert mv.scheduler is not None
@@ -461,6 +464,12 @@ class Engine:
             if admission is not None:
                 admission.leave(mv)
             raise
+
+    @staticmethod
+    def _traced(request: InferRequest, mv: ModelVersion, deliver: ResponseCallback) -> ResponseCallback:
+        """QUEUE_START (and the input tensors) now; REQUEST_END and output tensors as responses arrive."""
+        trace_hooks.queued(request.trace, request, mv.version)
+        return trace_hooks.answering(request.trace, deliver)
 
     @staticmethod
     def _admitted(admission: Admission, mv: ModelVersion, deliver: ResponseCallback) -> ResponseCallback:

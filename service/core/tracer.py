@@ -114,7 +114,12 @@ class Trace:
 class Tracer:
     """Sampling state, the global and per-model settings, and the sink for finished traces."""
 
-    def __init__(self, settings: TraceSettings, otel: OtelSettings | None = None) -> None:
+    def __init__(
+        self,
+        settings: TraceSettings,
+        otel: OtelSettings | None = None,
+        known_model: Callable[[str], bool] = lambda name: True,
+    ) -> None:
         self.global_settings = settings
         self.otel_settings = otel or OtelSettings()
         self._overrides: dict[str, dict[str, list[str]]] = {}
@@ -128,7 +133,7 @@ class Tracer:
         self._writer: ThreadPoolExecutor | None = None  # trace files are written off the event loop
         self._lock = threading.Lock()
         self._otel: Any = None
-        self.known_model: Callable[[str], bool] = lambda name: True
+        self.known_model = known_model  # per-model settings only for models of the repository
         self.enabled = False
         self._refresh()
 

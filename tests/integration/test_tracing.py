@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -348,3 +349,37 @@ def test_trace_settings_and_stamps_over_http(repo: Path, tmp_path: Path) -> None
     names = list(trace["timestamps"])
     assert names[:2] == ["HTTP_RECV_START", "HTTP_RECV_END"] and names[-2:] == ["HTTP_SEND_START", "HTTP_SEND_END"]
     assert "COMPUTE_START" in names and "REQUEST_END" in names
+
+
+def test_a_cache_hit_is_traced_to_its_end(repo: Path, tmp_path: Path) -> None:
+    cached = tmp_path / "repo"
+    shutil.copytree(repo, cached)
+    config = cached / "ident" / "config.pbtxt"
+    config.write_text(config.read_text() + "\nresponse_cache { enable: true }\n")
+    prefix = tmp_path / "c.json"
+    args = ["--cache-config", "local,size=1048576", "--trace-config", f"triton,file={prefix}"]
+    args += [
+        "--trace-config",
+        "triton,log-frequency=1",
+        "--trace-config",
+        "level=TIMESTAMPS",
+        "--trace-config",
+        "rate=1",
+    ]
+    with running_server([cached], tmp_path / "server.log", args) as server:
+        client = grpcclient.InferenceServerClient(server.url)
+        for _ in range(2):  # a miss, then a hit
+            infer(client, "ident")
+        assert client.get_inference_statistics("ident").model_stats[0].inference_stats.cache_hit.count == 1
+        # the hit of an ensemble step ends its child trace too
+        for _ in range(2):
+            infer(client, "ens")
+        client.close()
+        traces = wait_for_traces(prefix, 4)
+    idents = [t for t in traces.values() if t["model_name"] == "ident"]
+    assert len(idents) == 4  # 2 direct, 2 as the ensemble's first step
+    for t in idents:
+        assert {"QUEUE_START", "REQUEST_END"} <= set(t["timestamps"]), t
+    # only the first request ran: the direct hit and both steps (the same input, so the same key) came from the cache
+    hits = [t for t in idents if "COMPUTE_START" not in t["timestamps"]]
+    assert len(hits) == 3
