@@ -178,10 +178,7 @@ class InstanceScheduler(Scheduler):
     def _pump(self) -> None:
         """Start batches while there are idle instances and ready work."""
         while self.idle:
-            worker = self.idle[0]
-            if not worker.alive or (worker.uses_bls and worker in self.running):
-                # died while idle (the pool restarts it and reports it available), or a pipelined slot of an
-                # instance that makes BLS calls (its slot comes back when its running batch is done)
+            if not self._usable(self.idle[0]):
                 self.idle.popleft()
                 continue
             batch = self._next_batch()
@@ -189,11 +186,17 @@ class InstanceScheduler(Scheduler):
                 return
             self._dispatch(self.idle.popleft(), batch)
 
+    def _usable(self, worker: WorkerProcess) -> bool:
+        """Whether an idle slot can take a batch: not when its instance died while idle (the pool restarts it
+        and reports it available), nor a pipelined slot of an instance that makes BLS calls (its slot comes back
+        when its running batch is done)."""
+        return worker.alive and not (worker.uses_bls and worker in self.running)
+
     def _take_slot(self) -> WorkerProcess | None:
-        """Pop a usable execution slot (see _pump), or None."""
+        """Pop a usable execution slot, or None."""
         while self.idle:
             worker = self.idle.popleft()
-            if worker.alive and not (worker.uses_bls and worker in self.running):
+            if self._usable(worker):
                 return worker
         return None
 
@@ -358,12 +361,9 @@ class DirectScheduler(InstanceScheduler):
         self.queue: deque[InferRequest] = deque()
         self.max_queue_size = max_queue_size
 
-    def pipelined(self) -> int:
-        """Requests handed to a busy instance that have not started: they still count as queued."""
-        return sum(len(batches) - 1 for batches in self.running.values())
-
     def enqueue(self, request: InferRequest) -> None:
-        if self.max_queue_size and len(self.queue) + self.pipelined() >= self.max_queue_size:
+        # requests handed to a busy instance that have not started still count as queued
+        if self.max_queue_size and len(self.queue) + self.handed_over_count() >= self.max_queue_size:
             raise ServiceError(
                 ErrorCode.UNAVAILABLE,
                 f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size",
