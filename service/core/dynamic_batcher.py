@@ -6,14 +6,13 @@ loop timer per batcher wakes it for the queue delay or the nearest request timeo
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import heapq
 import itertools
 from collections import deque
 from typing import Any
 
 from protos import model_config_pb2 as mc
+from service.core.drain import DrainSignal
 from service.core.queue_policy import PriorityQueues
 from service.core.scheduler import UNLOADING_MESSAGE, Clock, InstanceScheduler, TimerHandle
 from service.core.stats import ModelStats
@@ -65,7 +64,7 @@ class DynamicBatcher(InstanceScheduler):
         self._timer_at = 0
         self._wake_at = 0
         self._order: deque[_OrderSlot] = deque()
-        self._queue_drained: asyncio.Future[None] | None = None
+        self._queue_drain = DrainSignal()  # stop() waits for the queue to be sent
 
     # ---- enqueue -----------------------------------------------------------------------------------------
     def enqueue(self, request: InferRequest) -> None:
@@ -109,8 +108,8 @@ class DynamicBatcher(InstanceScheduler):
             if not batch:
                 break
             self._dispatch(self.idle.popleft(), batch)
-        if self._queue_drained is not None and not self.queues.size and not self._queue_drained.done():
-            self._queue_drained.set_result(None)
+        if not self.queues.size:
+            self._queue_drain.empty()
         self._arm_timer()
 
     def _input_key(self, request: InferRequest) -> tuple[Any, ...]:
@@ -252,10 +251,8 @@ class DynamicBatcher(InstanceScheduler):
         """Send what is queued without waiting for the queue delay, then reject what is left."""
         self.delay_ns = 0
         if self.queues.size:
-            self._queue_drained = asyncio.get_running_loop().create_future()
             self._pump()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._queue_drained), 30.0)
+            await self._queue_drain.wait(bool(self.queues.size), 30.0)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

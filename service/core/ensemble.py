@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from service.core.drain import DrainSignal
 from service.core.ensemble_graph import Step, validate_graph, validate_models
 from service.core.scheduler import Scheduler
 from service.errors import ErrorCode, ServiceError
@@ -68,7 +69,7 @@ class EnsembleScheduler(Scheduler):
             for tensor in set(step.inputs.values()):
                 self.consumers.setdefault(tensor, []).append(step)
         self.runs: dict[InferRequest, _Run] = {}
-        self._drained: asyncio.Future[None] | None = None
+        self._drain = DrainSignal()
 
     def _step_config(self, step: Step) -> Any:
         return self.engine.repository.get(step.model_name, step.model_version).config
@@ -102,14 +103,7 @@ class EnsembleScheduler(Scheduler):
 
     async def drain(self, timeout_s: float) -> bool:
         """Wait until every ensemble request in flight has finished (bounded by timeout_s)."""
-        if not self.runs:
-            return True
-        self._drained = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._drained), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await self._drain.wait(bool(self.runs), timeout_s)
 
     def cancel(self, request: InferRequest) -> None:
         run = self.runs.get(request)
@@ -262,8 +256,8 @@ class EnsembleScheduler(Scheduler):
             return
         run.done = True
         self.runs.pop(run.request, None)
-        if self._drained is not None and not self.runs and not self._drained.done():
-            self._drained.set_result(None)
+        if not self.runs:
+            self._drain.empty()
         request = run.request
         error = run.error
         streamed = self.streams and not request.single_response

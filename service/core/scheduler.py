@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from service.core import trace_hooks
+from service.core.drain import DrainSignal
 from service.core.stats import BACKEND, CANCELED, OTHER, REJECTED, ModelStats
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse
@@ -161,7 +162,7 @@ class InstanceScheduler(Scheduler):
         self.idle: deque[WorkerProcess] = deque(w for _ in range(self.depth) for w in pool.workers)
         self.running: dict[WorkerProcess, deque[list[InferRequest]]] = {}
         self.outstanding = 0  # requests tracked and not yet answered finally (what drain() waits for)
-        self._drained: asyncio.Future[None] | None = None
+        self._drain = DrainSignal()
         pool.on_available = self._on_available
         pool.on_lost = self._on_lost
         self.clock: Clock = clock if clock is not None else LoopClock(asyncio.get_running_loop())
@@ -222,9 +223,8 @@ class InstanceScheduler(Scheduler):
             if response.final and not track.finished:
                 track.finished = True
                 self.outstanding -= 1
-                if self._drained is not None and not self.outstanding:
-                    self._drained.set_result(None)
-                    self._drained = None
+                if not self.outstanding:
+                    self._drain.empty()
                 if track.failed:
                     stats.record_end(False, now_ns() - request.arrival_ns, failure_reason(track))
                 else:
@@ -239,15 +239,7 @@ class InstanceScheduler(Scheduler):
 
     async def drain(self, timeout_s: float) -> bool:
         """Wait until every tracked request has its final response (bounded by timeout_s)."""
-        if not self.outstanding:
-            return True
-        if self._drained is None:
-            self._drained = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._drained), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await self._drain.wait(bool(self.outstanding), timeout_s)
 
     # ---- instance updates -------------------------------------------------------------------------------
     def add_worker(self, worker: WorkerProcess) -> None:
