@@ -26,7 +26,7 @@ def main() -> None:
     # Workers are started with fork+exec while gRPC threads run. gRPC's fork handlers (for children that go on
     # using gRPC, which workers never do) then crash some children between fork and exec (SIGSEGV): off.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-    from service.config import parse_args
+    from service.config.flags import parse_args
     from service.server import run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

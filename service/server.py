@@ -12,25 +12,25 @@ from typing import Any
 import grpc
 import uvloop
 
-from service.config import ServerConfig
-from service.core.admission import Admission
+from service.config.flags import ServerConfig
+from service.config.security import http_ssl_context
 from service.core.bls import BlsServer
-from service.core.custom_metrics import CustomMetrics
 from service.core.engine import Engine
-from service.core.metrics import CoreCollector, parse_metrics_config
-from service.core.poller import RepositoryPoller
-from service.core.repository import READY, ModelRepository, RepositoryOptions
-from service.core.schedulers import make_scheduler
-from service.core.shm_plan import plan_arenas
-from service.core.system_metrics import SystemSampler
-from service.core.trace_settings import parse_trace_config
+from service.core.observability.custom_metrics import CustomMetrics
+from service.core.observability.metrics import CoreCollector, parse_metrics_config
+from service.core.observability.system_metrics import SystemSampler
+from service.core.observability.trace_settings import parse_trace_config
+from service.core.pipeline.admission import Admission
+from service.core.repository.poller import RepositoryPoller
+from service.core.repository.repository import READY, ModelRepository, RepositoryOptions
+from service.core.repository.shm_plan import plan_arenas
+from service.core.scheduling.factory import make_scheduler
 from service.errors import ServiceError
 from service.examples import missing_example_lines
-from service.frontend.grpc_server import build_grpc_server, server_credentials
-from service.frontend.http_server import HttpFrontend, HttpOptions
-from service.frontend.metrics_http import Collector, MetricsService
-from service.security_config import http_ssl_context
-from service.workers.arena import SEGMENT_PREFIX
+from service.frontend.grpc.server import build_grpc_server, server_credentials
+from service.frontend.http.server import HttpFrontend, HttpOptions
+from service.frontend.metrics import Collector, MetricsService
+from service.ipc.arena import SEGMENT_PREFIX
 from shm.registry import SharedMemoryRegistry
 
 log = logging.getLogger("trireme.server")

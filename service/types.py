@@ -110,4 +110,4 @@ class InferRequest:
     context: Any = None  # per-request bookkeeping owned by the scheduler/pool
     cancelled: bool = False
     stamps: list[tuple[str, int]] | None = None  # stage timestamps, only when TRIREME_STAGE_TRACE is set
-    trace: Any = None  # service.core.tracer.Trace when this request is traced (--trace-config)
+    trace: Any = None  # service.core.observability.tracer.Trace when this request is traced (--trace-config)

@@ -19,14 +19,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from service.errors import ErrorCode, ServiceError
+from service.instances.process import WorkerProcess
+from service.ipc import frames as ipc
+from service.ipc.arena import ShmPoolExhausted
 from service.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
-from service.workers import ipc
-from service.workers.arena import ShmPoolExhausted
-from service.workers.process import WorkerProcess
 
 if TYPE_CHECKING:
     from service.core.engine import Engine
-    from service.core.repository import ModelVersion
+    from service.core.repository.repository import ModelVersion
 
 log = logging.getLogger("trireme.bls")
 

@@ -10,16 +10,16 @@ from typing import Any
 
 from protos import model_config_pb2 as mc
 from service import __version__
-from service.core import trace_hooks
-from service.core.admission import Admission
-from service.core.cache_gate import CacheGate
-from service.core.classification import classify, load_labels
-from service.core.log_settings import LogSettings
-from service.core.repository import READY, ModelRepository, ModelVersion
-from service.core.stats import ModelStats
-from service.core.trace_settings import OtelSettings, TraceSettings
-from service.core.tracer import Tracer
-from service.core.validation import check_model_name, parse_version, validate_request
+from service.core.observability import trace_hooks
+from service.core.observability.log_settings import LogSettings
+from service.core.observability.stats import ModelStats
+from service.core.observability.trace_settings import OtelSettings, TraceSettings
+from service.core.observability.tracer import Tracer
+from service.core.pipeline.admission import Admission
+from service.core.pipeline.cache_gate import CacheGate
+from service.core.pipeline.classification import classify, load_labels
+from service.core.pipeline.validation import check_model_name, parse_version, validate_request
+from service.core.repository.repository import READY, ModelRepository, ModelVersion
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, ResponseCallback, ShmRef
 from shm.errors import ShmError
@@ -108,7 +108,7 @@ class Engine:
 
     def enable_response_cache(self, budget_bytes: int) -> None:
         """Answer repeated requests of models with `response_cache { enable: true }` from a local cache."""
-        from service.core.response_cache import ResponseCache
+        from service.core.pipeline.response_cache import ResponseCache
 
         self.cache_gate = CacheGate(ResponseCache(budget_bytes), self._shm_input_bytes)
 
@@ -129,7 +129,7 @@ class Engine:
         check_model_name(name)
         override = None
         if config_json:
-            from service.core.model_config import from_json
+            from service.core.repository.model_config import from_json
 
             try:
                 override = from_json(config_json)

@@ -133,7 +133,7 @@ def perf(model: str, port: int, concurrency: int, stability: list[str], out: Pat
 
 def micro_stacking(batch: int, iterations: int = 3000) -> tuple[float, float]:
     """µs per request of the helper vs a hand-written loop, in-process (FP32[1,16] inputs)."""
-    from service.workers.pb_stub import triton_python_backend_utils as pb
+    from service.worker.pb_utils import triton_python_backend_utils as pb
 
     requests = [
         pb.InferenceRequest(inputs=[pb.Tensor("IN", np.random.rand(1, 16).astype(np.float32))]) for _ in range(batch)

@@ -124,7 +124,7 @@ def micro_costs(n: int = 20000) -> tuple[float, float]:
     """µs per request of a hit (key + lookup) and of a miss (key + lookup + insert + eviction), 16 floats."""
     import timeit
 
-    from service.core.response_cache import ResponseCache, request_key
+    from service.core.pipeline.response_cache import ResponseCache, request_key
     from service.types import InferRequest, InputTensor, OutputTensor
 
     data = np.arange(16, dtype=np.float32).tobytes()

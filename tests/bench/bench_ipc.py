@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import uvloop
 
-from service.core import model_config as cfg
+from service.core.repository import model_config as cfg
+from service.instances.process import InstanceSpec, WorkerProcess
+from service.ipc import frames as ipc
 from service.types import InferRequest, InputTensor
-from service.workers import ipc
-from service.workers.process import InstanceSpec, WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_DIR = ROOT / "service" / "example_models" / "identity_fp32_any"

@@ -60,7 +60,7 @@ class Scraper:
 def hot_path_ns() -> tuple[float, float]:
     """(ns per histogram observation, ns per request in ModelStats.record_request + record_end), the minimum of
     repeated timeit runs (robust to a busy machine), the cost of an empty call subtracted."""
-    from service.core.stats import LatencyHistogram, ModelStats
+    from service.core.observability.stats import LatencyHistogram, ModelStats
 
     s, h, n = ModelStats(), LatencyHistogram(), 100_000
 

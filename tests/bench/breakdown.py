@@ -1,7 +1,7 @@
 """Where one request's time goes: stage timestamps, CPU per request per process and wake-ups, at c=1 and c=8.
 
 Starts two Trireme servers on the unbatched FP32 identity model (tests/bench/models.py): one with
-TRIREME_STAGE_TRACE set (stage timestamps, see service/stagetrace.py) and one without (CPU and context-switch
+TRIREME_STAGE_TRACE set (stage timestamps, see service/ipc/stagetrace.py) and one without (CPU and context-switch
 accounting from /proc, so tracing costs do not count). Load comes from the real perf_analyzer over gRPC.
 
 Usage: .venv/bin/python tests/bench/breakdown.py [--concurrency 1 8] [--shape 16] [--shm] [--in-process]

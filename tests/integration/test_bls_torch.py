@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ROOT, ServerProcess, write_model
 
 if importlib.util.find_spec("torch") is None or not (ROOT / "service" / "workers" / "torch_backend.py").exists():
-    pytest.skip("needs torch and the pytorch backend (service/workers/torch_backend.py)", allow_module_level=True)
+    pytest.skip("needs torch and the pytorch backend (service/worker/backends/pytorch.py)", allow_module_level=True)
 
 # the seed: a fixed output__0 of [1..8], and output__1 of fc_model_pt for input__0, fetched through BLS
 CUSTOM_MODEL_PY = """

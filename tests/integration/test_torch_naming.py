@@ -12,10 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from service.core import model_config as cfg  # noqa: E402
+from service.core.repository import model_config as cfg  # noqa: E402
 from service.errors import ErrorCode  # noqa: E402
-from service.workers.backend import BackendContext, BackendError, WorkerRequest  # noqa: E402
-from service.workers.torch_backend import TorchBackend  # noqa: E402
+from service.worker.backends.base import BackendContext, BackendError, WorkerRequest  # noqa: E402
+from service.worker.backends.pytorch import TorchBackend  # noqa: E402
 
 
 class Sub(torch.nn.Module):

@@ -14,7 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from service.workers.arena import SEGMENT_PREFIX
+from service.ipc.arena import SEGMENT_PREFIX
 from tests.steady_load import tagged_config, tagged_model
 
 MODEL = "tagged"

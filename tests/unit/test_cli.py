@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.config import IGNORED_TRITON_FLAGS, build_parser, parse_args
+from service.config.flags import IGNORED_TRITON_FLAGS, build_parser, parse_args
 from service.examples import missing_example_lines
 
 ROOT = Path(__file__).resolve().parents[2]

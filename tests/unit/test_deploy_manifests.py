@@ -19,7 +19,7 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")
 referencing = pytest.importorskip("referencing")
 
-from service.config import parse_args  # noqa: E402
+from service.config.flags import parse_args  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

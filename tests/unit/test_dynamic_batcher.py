@@ -11,11 +11,11 @@ import pytest
 from google.protobuf import text_format
 
 from protos import model_config_pb2 as mc
-from service.core.dynamic_batcher import DynamicBatcher
-from service.core.stats import ModelStats
+from service.core.observability.stats import ModelStats
+from service.core.scheduling.dynamic_batcher import DynamicBatcher
 from service.errors import ErrorCode, ServiceError
+from service.ipc import frames as ipc
 from service.types import InferRequest, InferResponse, InputTensor
-from service.workers import ipc
 
 
 class FakeTimer:

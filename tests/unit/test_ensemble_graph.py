@@ -1,4 +1,4 @@
-"""Ensemble graph validation (service.core.ensemble_graph) on config protos, and the load barrier."""
+"""Ensemble graph validation (service.core.scheduling.ensemble_graph) on config protos, and the load barrier."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from google.protobuf import text_format
 
 from protos import model_config_pb2 as mc
-from service.core.ensemble import LoadBarrier
-from service.core.ensemble_graph import Step, validate_graph, validate_models
+from service.core.scheduling.ensemble import LoadBarrier
+from service.core.scheduling.ensemble_graph import Step, validate_graph, validate_models
 from service.errors import ServiceError
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.workers.arena import ArenaMap, GrowingArena
+from service.ipc.arena import ArenaMap, GrowingArena
 
 KIB = 1 << 10
 

@@ -9,7 +9,7 @@ import pytest
 
 from service.core.engine import TensorMetadata
 from service.errors import ErrorCode, ServiceError
-from service.frontend import http_codec as codec
+from service.frontend.http import codec
 from service.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START, InferResponse, OutputTensor
 from shm.tensor import deserialize_bytes, serialize_bytes
 

@@ -11,12 +11,12 @@ import pytest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.core.custom_metrics import COUNTER, HISTOGRAM, CustomMetrics, MetricsError
-from service.core.metrics import MetricsConfig, bound_text, parse_metrics_config
-from service.core.stats import LatencyHistogram
-from service.core.system_metrics import SystemSampler
-from service.frontend.metrics_http import format_value, render
-from service.workers import ipc
+from service.core.observability.custom_metrics import COUNTER, HISTOGRAM, CustomMetrics, MetricsError
+from service.core.observability.metrics import MetricsConfig, bound_text, parse_metrics_config
+from service.core.observability.stats import LatencyHistogram
+from service.core.observability.system_metrics import SystemSampler
+from service.frontend.metrics import format_value, render
+from service.ipc import frames as ipc
 
 
 class _Families:

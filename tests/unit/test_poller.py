@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from service.config import parse_args
-from service.core.poller import snapshot
+from service.config.flags import parse_args
+from service.core.repository.poller import snapshot
 
 
 def _model(root: Path) -> Path:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.config import parse_cache_config
-from service.core.response_cache import ENTRY_OVERHEAD_BYTES, ResponseCache, request_key
+from service.config.flags import parse_cache_config
+from service.core.pipeline.response_cache import ENTRY_OVERHEAD_BYTES, ResponseCache, request_key
 from service.types import InferRequest, InputTensor, OutputTensor, RequestedOutput, ShmRef
 
 

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from service.config import parse_args
-from service.security_config import RestrictedApi, parse_restricted
+from service.config.flags import parse_args
+from service.config.security import RestrictedApi, parse_restricted
 
 
 def test_restricted_rule_parses_groups_key_and_value() -> None:

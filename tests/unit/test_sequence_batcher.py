@@ -10,13 +10,13 @@ import pytest
 from google.protobuf import text_format
 
 from protos import model_config_pb2 as mc
-from service.core.implicit_state import SequenceState, build_states
-from service.core.sequence_batcher import SequenceBatcher
-from service.core.sequence_controls import build_controls
-from service.core.stats import ModelStats
+from service.core.observability.stats import ModelStats
+from service.core.scheduling.implicit_state import SequenceState, build_states
+from service.core.scheduling.sequence_batcher import SequenceBatcher
+from service.core.scheduling.sequence_controls import build_controls
 from service.errors import ServiceError
+from service.ipc import frames as ipc
 from service.types import FLAG_SEQUENCE_END, FLAG_SEQUENCE_START, InferRequest, InferResponse, InputTensor, OutputTensor
-from service.workers import ipc
 
 CONFIG = """
 name: "m"

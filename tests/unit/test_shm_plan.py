@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.core.shm_plan import MIB, fit_arena_bytes, model_workers, plan_arenas
+from service.core.repository.shm_plan import MIB, fit_arena_bytes, model_workers, plan_arenas
 from service.errors import ServiceError
 from tests.conftest import write_model
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from service.errors import ErrorCode
-from service.workers.backend import BackendContext, BackendError, BatchingBackend, WorkerRequest, check_tensor
-from service.workers.tensor_batch import concat_rows, group_compatible, split_rows
+from service.worker.backends.base import BackendContext, BackendError, BatchingBackend, WorkerRequest, check_tensor
+from service.worker.backends.tensor_batch import concat_rows, group_compatible, split_rows
 
 
 def test_concat_and_split_round_trip() -> None:

@@ -1,0 +1,511 @@
+"""ServerConfig: the only reader of the command line (Triton's flag names) and environment."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass, field
+
+from service.config.security import (
+    GrpcSettings,
+    HttpTls,
+    RestrictedApi,
+    add_security_flags,
+    check_restricted,
+    grpc_settings,
+    http_tls,
+)
+
+log = logging.getLogger("trireme.config")
+
+EXAMPLE_REPOSITORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example_models")
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def parse_bool(text: str) -> bool:
+    """Triton-style boolean flag value."""
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got '{text}'")
+
+
+def parse_cache_config(entries: list[str]) -> int | None:
+    """Byte budget from `--cache-config local,size=N` entries; None when no cache is configured.
+
+    Raises ValueError for another cache implementation or a malformed setting.
+    """
+    size: int | None = None
+    for entry in entries:
+        name, _, setting = entry.partition(",")
+        if name != "local":
+            raise ValueError(f"unsupported cache '{name}': only the 'local' cache is available")
+        key, _, value = setting.partition("=")
+        if key != "size":
+            raise ValueError(f"unknown 'local' cache setting '{key}' (expected size=<bytes>)")
+        if not value.isascii() or not value.isdigit():
+            raise ValueError(f"'local' cache size must be a number of bytes, got '{value}'")
+        size = int(value)
+    return size
+
+
+@dataclass(slots=True)
+class ServerConfig:
+    """Everything the server needs to start."""
+
+    model_repositories: list[str] = field(default_factory=list)
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    auto_complete: bool = True
+    model_control_mode: str = "none"
+    load_models: list[str] = field(default_factory=list)
+    exit_on_error: bool = True
+    strict_readiness: bool = True
+    log_verbose: int = 0
+    exit_timeout_secs: int = 30
+    server_id: str = "triton"
+    allow_client_shm: bool = True
+    model_config_name: str = ""
+    arena_bytes: int = 256 << 20
+    arena_growth_bytes: int = 64 << 20  # python,shm-growth-byte-size: how much an arena grows by when full
+    using_example_repository: bool = False
+    cache_bytes: int | None = None  # --cache-config local,size=N: the response cache's byte budget
+    grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    http_restricted: list[RestrictedApi] = field(default_factory=list)
+    http_tls: HttpTls = field(default_factory=HttpTls)
+    max_inflight_requests: int = 0  # server-wide bound on requests in flight (0: none)
+    max_inflight_requests_per_model: int = 0  # the same bound for each model version (0: none)
+    allow_http: bool = True
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    http_max_input_size: int = 64 << 20
+    http_header_forward_pattern: str = ""
+    reuse_http_port: bool = False
+    trace_config: list[str] = field(default_factory=list)  # --trace-config entries, validated at parse time
+    repository_poll_secs: float = 15.0  # poll mode: seconds between repository scans
+    model_unload_timeout_secs: float = 30.0  # how long an unload waits for the model's in-flight requests
+
+    allow_metrics: bool = True
+    metrics_address: str = ""  # "" = the --http-address (Triton's default), else 0.0.0.0
+    metrics_port: int = 8002
+    metrics_interval_ms: int = 2000
+    metrics_config: list[str] = field(default_factory=list)  # --metrics-config key=value entries
+    allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True
+
+
+# Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
+# real? Add it to build_parser and delete its entry here (a real flag of the same name already wins).
+IGNORED_TRITON_FLAGS: dict[str, str] = {
+    "--allow-grpc": "serve the gRPC endpoint (Trireme always does)",
+    "--reuse-grpc-port": "let several servers share the gRPC port",
+    "--grpc-header-forward-pattern": "gRPC headers forwarded to backends as request parameters",
+    "--grpc-infer-allocation-pool-size": "gRPC inference request objects kept for reuse",
+    "--grpc-max-response-pool-size": "gRPC response objects kept for reuse",
+    "--grpc-infer-response-compression-level": "compression of gRPC inference responses",
+    "--allow-sagemaker": "serve the SageMaker endpoint",
+    "--sagemaker-port": "port of the SageMaker endpoint",
+    "--sagemaker-safe-port-range": "port range of SageMaker multi-model mode",
+    "--sagemaker-thread-count": "threads of the SageMaker endpoint",
+    "--allow-vertex-ai": "serve the Vertex AI endpoint",
+    "--vertex-ai-port": "port of the Vertex AI endpoint",
+    "--vertex-ai-thread-count": "threads of the Vertex AI endpoint",
+    "--vertex-ai-default-model": "model that Vertex AI requests go to",
+    "--model-load-thread-count": "threads that load models",
+    "--model-load-retry-count": "retries of a failed model load",
+    "--model-namespacing": "models of the same name in different repositories",
+    "--model-load-gpu-limit": "GPU memory share at which model loading stops",
+    "--enable-peer-access": "CUDA peer access between GPUs",
+    "--pinned-memory-pool-byte-size": "size of the pinned host memory pool",
+    "--cuda-memory-pool-byte-size": "size of a GPU's CUDA memory pool (gpu:bytes)",
+    "--cuda-virtual-address-size": "CUDA virtual address space per GPU",
+    "--min-supported-compute-capability": "oldest CUDA compute capability used",
+    "--buffer-manager-thread-count": "threads that copy input/output buffers",
+    "--host-policy": "NUMA host policy (name,key=value)",
+    "--rate-limit": "rate limiter mode (off, execution_count)",
+    "--rate-limit-resource": "a resource of the rate limiter (name:count:device)",
+    "--cache-directory": "directory of cache implementations",
+    "--backend-directory": "directory of backend libraries",
+    "--repoagent-directory": "directory of repository agents",
+    "--log-info": "log INFO messages (Trireme: always on)",
+    "--log-warning": "log WARNING messages (Trireme: always on)",
+    "--log-error": "log ERROR messages (Trireme: always on)",
+    "--log-format": "log line format (default, ISO8601)",
+    "--log-file": "file the log is written to",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags with Triton's names; `--flag=value` and `--flag value` both work. Every flag carries help text."""
+    p = argparse.ArgumentParser(
+        prog="trireme serve",
+        usage="trireme serve [--model-repository DIR ...] [--grpc-port PORT] [options]",
+        description="Trireme: a Triton-compatible inference server. Flags keep Triton's names and meanings; "
+        "the value in parentheses is Trireme's default. Both --flag value and --flag=value work.",
+    )
+    p.add_argument(
+        "--model-repository",
+        "--model-store",
+        action="append",
+        default=[],
+        dest="model_repository",
+        metavar="DIR",
+        help="a model repository to serve; repeatable (default: the embedded example repository)",
+    )
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=8001,
+        metavar="PORT",
+        help="port of the gRPC service; 0 picks a free one (8001)",
+    )
+    p.add_argument(
+        "--grpc-address", default="0.0.0.0", metavar="ADDR", help="address the gRPC service binds to (0.0.0.0)"
+    )
+    p.add_argument(
+        "--strict-model-config",
+        type=parse_bool,
+        default=None,
+        metavar="BOOL",
+        help="older Triton name: true disables auto-completion of config.pbtxt (false)",
+    )
+    p.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="do not fill missing config.pbtxt fields from the model; every config must be complete (off)",
+    )
+    p.add_argument(
+        "--model-control-mode",
+        choices=["none", "poll", "explicit"],
+        default="none",
+        help="none: load everything at start, no load/unload RPCs; explicit: only --load-model at start, "
+        "then the repository API loads and unloads; poll: load everything, then follow repository changes (none)",
+    )
+    p.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --model-control-mode=explicit: a model to load at start; repeatable; '*' loads all (none)",
+    )
+    p.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        default=15.0,
+        metavar="SECS",
+        help="with --model-control-mode=poll: seconds between scans of the model repositories for added, removed "
+        "and changed models; 0 disables polling (15)",
+    )
+    p.add_argument(
+        "--model-unload-timeout-secs",
+        type=float,
+        default=30.0,
+        metavar="SECS",
+        help="Trireme only: how long an unload (or a reload replacing a version) waits for requests already "
+        "accepted to finish; requests still running then fail (30)",
+    )
+    p.add_argument(
+        "--exit-on-error",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="exit when a model fails to load at start; false serves the others (true)",
+    )
+    p.add_argument(
+        "--strict-readiness",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="server ready only when every model is ready; false: ready once the server is up (true)",
+    )
+    p.add_argument("--log-verbose", type=int, default=0, metavar="N", help="verbose logging level; 0 is off (0)")
+    p.add_argument(
+        "--exit-timeout-secs",
+        type=int,
+        default=30,
+        metavar="SECS",
+        help="on SIGINT/SIGTERM, how long in-flight requests may finish before the server stops (30)",
+    )
+    p.add_argument("--id", default="triton", metavar="ID", help="server id reported by ServerMetadata (triton)")
+    p.add_argument(
+        "--allow-client-shm",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="Trireme only: allow clients to register system/CUDA shared-memory regions (true)",
+    )
+    p.add_argument(
+        "--model-config-name",
+        default="",
+        metavar="NAME",
+        help="read <model>/configs/NAME.pbtxt instead of config.pbtxt where it exists (config.pbtxt)",
+    )
+    p.add_argument(
+        "--backend-config",
+        action="append",
+        default=[],
+        metavar="BACKEND,KEY=VALUE",
+        help="backend setting; python,shm-default-byte-size=N sets each worker's shared-memory arena "
+        "(256 MiB), python,shm-growth-byte-size=N the step an arena grows by when a tensor does not fit "
+        "(64 MiB); other settings are ignored",
+    )
+    p.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        metavar="local,size=BYTES",
+        help="response cache and its byte budget; models opt in with response_cache { enable: true } (off)",
+    )
+    p.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="older Triton spelling of --cache-config local,size=BYTES (off)",
+    )
+    add_security_flags(p)
+    _add_http(p)
+    p.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[MODE,]KEY=VALUE",
+        help="tracing: level=TIMESTAMPS|TENSORS|OFF (repeatable), rate=N (trace 1 request in N, 1000), "
+        "count=N (-1: no limit), mode=triton|opentelemetry; triton,file=PATH and triton,log-frequency=N; "
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_* (tracing OFF)",
+    )
+    for old, key, what in (
+        ("--trace-file", "triton,file", "PATH"),
+        ("--trace-level", "level", "LEVEL"),
+        ("--trace-rate", "rate", "N"),
+        ("--trace-count", "count", "N"),
+        ("--trace-log-frequency", "triton,log-frequency", "N"),
+    ):
+        p.add_argument(
+            old,
+            action="append",
+            default=[],
+            dest=old[2:].replace("-", "_"),
+            metavar=what,
+            help=f"older Triton spelling of --trace-config {key}={what}",
+        )
+    _add_metrics(p)
+    _add_ignored(p)
+    return p
+
+
+def _add_http(p: argparse.ArgumentParser) -> None:
+    """The HTTP/REST endpoint's flags (Triton's names)."""
+    p.add_argument(
+        "--allow-http", type=parse_bool, default=True, metavar="BOOL", help="serve the HTTP/REST endpoint (true)"
+    )
+    p.add_argument(
+        "--http-port", type=int, default=8000, metavar="PORT", help="port of the HTTP/REST endpoint; 0 picks one (8000)"
+    )
+    p.add_argument(
+        "--http-address", default="0.0.0.0", metavar="ADDR", help="address the HTTP endpoint binds to (0.0.0.0)"
+    )
+    p.add_argument(
+        "--http-thread-count",
+        type=int,
+        default=8,
+        metavar="N",
+        help="accepted for Triton compatibility; Trireme serves HTTP on its single event loop",
+    )
+    p.add_argument(
+        "--http-max-input-size",
+        type=int,
+        default=64 << 20,
+        metavar="BYTES",
+        help="largest HTTP request body accepted, after decompression (67108864 = 64 MiB)",
+    )
+    p.add_argument(
+        "--http-header-forward-pattern",
+        default="",
+        metavar="REGEX",
+        help="HTTP headers whose name matches are passed to the model as string request parameters (none)",
+    )
+    p.add_argument(
+        "--reuse-http-port",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="bind the HTTP port with SO_REUSEPORT so several servers can share it (false)",
+    )
+
+
+def _add_metrics(p: argparse.ArgumentParser) -> None:
+    """The Prometheus metrics endpoint's flags (Triton's names; docs/metrics.md)."""
+    p.add_argument(
+        "--allow-metrics", type=parse_bool, default=True, metavar="BOOL", help="serve Prometheus metrics (true)"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8002,
+        metavar="PORT",
+        help="port of the metrics endpoint; 0 picks one (8002)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default="",
+        metavar="ADDR",
+        help="address the metrics endpoint binds to (the --http-address)",
+    )
+    p.add_argument(
+        "--metrics-interval-ms",
+        type=int,
+        default=2000,
+        metavar="MS",
+        help="how often CPU and GPU gauges are sampled (2000)",
+    )
+    p.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="metrics setting, repeatable: counter_latencies, summary_latencies, summary_quantiles, "
+        "histogram_latencies (Triton's keys), trireme_histograms",
+    )
+    p.add_argument(
+        "--allow-cpu-metrics",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="report CPU utilisation and memory (true)",
+    )
+    p.add_argument(
+        "--allow-gpu-metrics",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="report GPU gauges when a GPU is visible (true)",
+    )
+
+
+def _add_ignored(p: argparse.ArgumentParser) -> None:
+    """Register the ignored Triton flags that no real flag has taken (a real flag always wins)."""
+    group = p.add_argument_group("accepted but ignored Triton flags")
+    for flag, meaning in IGNORED_TRITON_FLAGS.items():
+        if flag in p._option_string_actions:  # another engineer made it a real flag: theirs wins
+            continue
+        group.add_argument(
+            flag,
+            action=_Ignored,
+            nargs="?",
+            metavar="VALUE",
+            help=f"Triton: {meaning}; accepted and ignored",
+        )
+
+
+class _Ignored(argparse.Action):
+    """Records `--flag value` / `--flag=value` / bare `--flag` so parse_args can warn once per flag."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        ignored = list(getattr(namespace, "ignored_flags", None) or [])
+        ignored.append(f"{option_string}={values}" if values is not None else str(option_string))
+        namespace.ignored_flags = ignored
+
+
+def _unknown_flags(tokens: list[str]) -> list[str]:
+    """Pair leftover tokens into flags: `--flag value` becomes '--flag=value', so a value is never a flag."""
+    flags: list[str] = []
+    for token in tokens:
+        if token.startswith("-") or not flags or "=" in flags[-1]:
+            flags.append(token)
+        else:
+            flags[-1] = f"{flags[-1]}={token}"
+    return flags
+
+
+def parse_args(argv: list[str]) -> ServerConfig:
+    """ServerConfig from argv (without the program name); unknown Triton flags only warn."""
+    if argv and argv[0] == "serve":
+        argv = argv[1:]
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    for flag in [*(getattr(args, "ignored_flags", None) or []), *_unknown_flags(unknown)]:
+        log.warning("ignoring unsupported option '%s'", flag)
+    config = ServerConfig(
+        model_repositories=list(args.model_repository),
+        grpc_address=args.grpc_address,
+        grpc_port=args.grpc_port,
+        model_control_mode=args.model_control_mode,
+        load_models=list(args.load_model),
+        exit_on_error=args.exit_on_error,
+        strict_readiness=args.strict_readiness,
+        log_verbose=args.log_verbose,
+        exit_timeout_secs=args.exit_timeout_secs,
+        server_id=args.id,
+        allow_client_shm=args.allow_client_shm,
+        model_config_name=args.model_config_name,
+        grpc=grpc_settings(args),
+        http_restricted=list(args.http_restricted_api),
+        http_tls=http_tls(args),
+        max_inflight_requests=max(0, args.max_inflight_requests),
+        max_inflight_requests_per_model=max(0, args.max_inflight_requests_per_model),
+        allow_http=args.allow_http,
+        http_address=args.http_address,
+        http_port=args.http_port,
+        http_max_input_size=args.http_max_input_size,
+        http_header_forward_pattern=args.http_header_forward_pattern,
+        reuse_http_port=args.reuse_http_port,
+        allow_metrics=args.allow_metrics,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        metrics_interval_ms=args.metrics_interval_ms,
+        metrics_config=list(args.metrics_config),
+        allow_cpu_metrics=args.allow_cpu_metrics,
+        allow_gpu_metrics=args.allow_gpu_metrics,
+    )
+    if config.load_models and config.model_control_mode != "explicit":
+        raise SystemExit("Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
+    if "*" in config.load_models and len(config.load_models) > 1:
+        raise SystemExit("Error: '--load-model=*' must be the only '--load-model' given.")
+    config.repository_poll_secs = args.repository_poll_secs
+    config.model_unload_timeout_secs = args.model_unload_timeout_secs
+    check_restricted(config.grpc.restricted, "--grpc-restricted-protocol")
+    check_restricted(config.http_restricted, "--http-restricted-api")
+    if args.disable_auto_complete_config or args.strict_model_config is True:
+        config.auto_complete = False
+    for entry in args.backend_config:
+        backend, _, setting = entry.partition(",")
+        key, _, value = setting.partition("=")
+        if backend == "python" and key == "shm-default-byte-size" and value.isdigit():
+            config.arena_bytes = max(1 << 20, int(value))
+        if backend == "python" and key == "shm-growth-byte-size" and value.isdigit():
+            config.arena_growth_bytes = max(1 << 16, int(value))
+    try:
+        config.cache_bytes = parse_cache_config(list(args.cache_config))
+    except ValueError as e:
+        parser.error(f"--cache-config: {e}")
+    if config.cache_bytes is None and args.response_cache_byte_size:
+        config.cache_bytes = args.response_cache_byte_size
+    config.trace_config = [
+        *(f"triton,file={v}" for v in args.trace_file),
+        *(f"level={v}" for v in args.trace_level),
+        *(f"rate={v}" for v in args.trace_rate),
+        *(f"count={v}" for v in args.trace_count),
+        *(f"triton,log-frequency={v}" for v in args.trace_log_frequency),
+        *args.trace_config,
+    ]
+    from service.core.observability.trace_settings import parse_trace_config
+
+    try:
+        parse_trace_config(config.trace_config)
+    except ValueError as e:
+        parser.error(f"--trace-config: {e}")
+    if not config.model_repositories:
+        config.model_repositories = [EXAMPLE_REPOSITORY]
+        config.using_example_repository = True
+    return config

@@ -1,0 +1,76 @@
+"""Config auto-complete: ask a short-lived worker to let the backend fill in the config from the model."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+from protos import model_config_pb2 as mc
+from service.core.repository import model_config as cfg
+from service.errors import ErrorCode, ServiceError
+from service.instances.process import worker_command, worker_env
+from service.ipc import frames as ipc
+
+AUTO_COMPLETE_TIMEOUT_S = 60.0
+
+
+def needs_auto_complete(config: mc.ModelConfig, version_dir: str) -> bool:
+    """Whether the backend has anything to contribute (skips a process start for most models)."""
+    if config.backend == "python":
+        path = os.path.join(version_dir, config.default_model_filename or "model.py")
+        try:
+            with open(path, encoding="utf-8") as f:
+                return "auto_complete_config" in f.read()
+        except OSError:
+            return False
+    return config.backend in ("onnxruntime", "tensorrt", "pytorch") and (not config.input or not config.output)
+
+
+async def run_auto_complete(
+    config: mc.ModelConfig, model_dir: str, version_dir: str, config_file_exists: bool
+) -> mc.ModelConfig:
+    """The config completed by the model's backend; unchanged when the backend has nothing to add."""
+    loop = asyncio.get_running_loop()
+    if not await loop.run_in_executor(None, needs_auto_complete, config, version_dir):
+        if not config_file_exists and config.backend == "python":
+            raise ServiceError(
+                ErrorCode.INVALID_ARG,
+                f"{os.path.join(model_dir, 'config.pbtxt')}: model configuration file is missing and model.py "
+                "does not define auto_complete_config",
+            )
+        return config
+    parent, child = socket.socketpair()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *worker_command(),
+            str(child.fileno()),
+            pass_fds=(child.fileno(),),
+            env=worker_env(),
+            stdin=asyncio.subprocess.DEVNULL,
+            # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
+            # kill workers behind the server's back; the server stops them, or they exit on EOF
+            start_new_session=True,
+        )
+    finally:
+        child.close()
+    try:
+        reader, writer = await asyncio.open_unix_connection(sock=parent)
+        writer.write(ipc.encode(ipc.AutoComplete(config.backend, model_dir, version_dir, cfg.to_json(config))))
+        await writer.drain()
+        header = await asyncio.wait_for(reader.readexactly(4), AUTO_COMPLETE_TIMEOUT_S)
+        (n,) = ipc.HEADER.unpack(header)
+        reply = ipc.decode(await reader.readexactly(n))
+        writer.close()
+    except (asyncio.IncompleteReadError, TimeoutError, ConnectionError) as e:
+        raise ServiceError(ErrorCode.INTERNAL, f"auto-complete of '{model_dir}' failed: {e!r}") from None
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+    if isinstance(reply, ipc.Failed):
+        raise ServiceError(
+            ErrorCode.INVALID_ARG,
+            f"auto-complete of model '{os.path.basename(model_dir)}' failed: {reply.message}",
+        )
+    return cfg.from_json(reply.config_json)

@@ -1,0 +1,435 @@
+"""The model repository: scan directories, load, reload and unload model versions, track their states.
+
+A (re)load never takes a serving version down before its replacement is READY: new versions start, warm up and
+are swapped in at once; versions that leave are drained (requests already accepted finish there) and then
+finalized. A version whose files and config are unchanged is kept; one whose config differs only in its
+instance groups is updated in place (only the instances that differ start or stop). A reload that fails leaves
+the serving version in place and reports the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from protos import model_config_pb2 as mc
+from service.core.observability.stats import ModelStats
+from service.core.observability.summaries import SummaryWindow
+from service.core.pipeline.validation import ModelSignature, parse_version
+from service.core.repository import model_config as cfg
+from service.core.repository.autocomplete import run_auto_complete
+from service.core.repository.instance_plan import instance_specs, update_instances, without_instances
+from service.core.repository.poller import ModelFiles, snapshot
+from service.core.repository.versions import build_signature, numeric_versions, scan_repositories, select_versions
+from service.core.repository.warmup import run_warmup
+from service.core.scheduling.ensemble import LoadBarrier
+from service.core.scheduling.ensemble_graph import step_model_names
+from service.core.scheduling.scheduler import Scheduler
+from service.errors import ErrorCode, ServiceError
+from service.instances.pool import InstancePool
+from service.worker.backends.base import visible_gpu_count
+
+log = logging.getLogger("trireme.repository")
+
+READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+UNLOADED = "unloaded"
+FINALIZE_TIMEOUT_S = 10.0  # how long an idle instance's finalize() may take before it is killed
+
+
+@dataclass(slots=True, eq=False)
+class ModelVersion:
+    """One loaded (or failed) version of a model."""
+
+    name: str
+    version: int
+    model_dir: str
+    config: mc.ModelConfig
+    state: str = LOADING
+    reason: str = ""
+    signature: ModelSignature | None = None
+    pool: InstancePool | None = None
+    scheduler: Scheduler | None = None
+    stats: ModelStats = field(default_factory=ModelStats)
+    files: tuple[Any, ...] = ()  # the version folder's files when it was loaded (change detection)
+
+    @property
+    def decoupled(self) -> bool:
+        """Whether the model uses the decoupled transaction policy."""
+        return self.config.model_transaction_policy.decoupled
+
+    @property
+    def streams(self) -> bool:
+        """Whether a request may get 0..N responses: decoupled, or an ensemble with a decoupled step."""
+        return self.decoupled or bool(getattr(self.scheduler, "streams", False))
+
+    @property
+    def ready(self) -> bool:
+        """READY and every instance alive."""
+        return self.state == READY and (self.scheduler is None or self.scheduler.ready)
+
+
+@dataclass(slots=True, eq=False)
+class ModelEntry:
+    """A model directory and the versions loaded from it."""
+
+    name: str
+    model_dir: str
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    error: str = ""  # a load error that happened before any version existed (config errors)
+    state: str = ""  # "" = never loaded
+    seen: ModelFiles | None = None  # the files at the last load attempt (poll mode reloads when they change)
+    model_files: tuple[Any, ...] = ()  # files outside version folders (labels, ...) of the serving versions
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one load / unload of this model at a time
+
+
+@dataclass(slots=True)
+class RepositoryOptions:
+    """Server options that change how models are loaded."""
+
+    auto_complete: bool = True
+    model_config_name: str = ""
+    gpu_count: int = field(default_factory=visible_gpu_count)  # KIND_AUTO -> KIND_GPU when > 0
+    log_verbose: int = 0
+    arena_bytes: int = 256 << 20
+    arena_growth_bytes: int = 64 << 20
+    arena_reserve: bool = False  # reserve each arena's pages when created (/dev/shm is tight: repository/shm_plan.py)
+    summaries: bool = False  # keep latency samples for Triton's summary metrics (--metrics-config)
+    unload_timeout_s: float = 30.0  # how long an unload (or a replaced version) waits for in-flight requests
+    # called with every worker process started (BLS server: routes the worker's BLS messages)
+    attach_worker: Callable[[Any], None] | None = None
+
+
+SchedulerFactory = Callable[[ModelVersion, "InstancePool | None"], Scheduler]
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What one (re)load does to each version."""
+
+    config: mc.ModelConfig
+    keep: dict[int, ModelVersion] = field(default_factory=dict)  # unchanged, serving
+    update: dict[int, ModelVersion] = field(default_factory=dict)  # serving; only instance groups change
+    start: list[int] = field(default_factory=list)  # new versions, or changed ones (replaced once READY)
+    leave: list[ModelVersion] = field(default_factory=list)  # serving versions the policy no longer selects
+
+
+class ModelRepository:
+    """Owns every model entry; loads, reloads and unloads versions."""
+
+    def __init__(self, paths: list[str], options: RepositoryOptions, scheduler_factory: SchedulerFactory) -> None:
+        self.paths = paths
+        self.options = options
+        self.scheduler_factory = scheduler_factory
+        self.models: dict[str, ModelEntry] = {}
+        self.load_barrier = LoadBarrier()  # ensembles load after the models their steps use
+        self._leaving: set[ModelVersion] = set()  # versions out of routing, draining (stopped by stop() too)
+
+    def scan(self) -> dict[str, str]:
+        """Model name -> model directory across all repositories (blocking)."""
+        return scan_repositories(self.paths)
+
+    async def load_all(self, only: list[str] | None = None) -> None:
+        """Scan and load every model (or only the named ones), concurrently."""
+        found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
+        for name, path in found.items():
+            self.models.setdefault(name, ModelEntry(name, path))
+        names = [n for n in found if only is None or n in only]
+        for n in names:  # LOADING before any load starts, so an ensemble loading beside them waits for them
+            entry = self.models[n]
+            if not any(mv.state == READY for mv in entry.versions.values()):
+                entry.state = LOADING
+        await asyncio.gather(*(self.load(n) for n in names))
+
+    # ---- load / reload ----------------------------------------------------------------------------------
+    async def load(
+        self, name: str, config_override: mc.ModelConfig | None = None, found_path: str = ""
+    ) -> tuple[str, list[str]]:
+        """(Re)load a model: returns (config error, version errors), "" and [] when it all went well.
+
+        Errors are also logged and recorded for RepositoryIndex.
+
+        Versions that serve keep serving until their replacement is READY, and keep serving if it fails.
+        """
+        entry = self.models.get(name)
+        if entry is None:
+            if not found_path:
+                found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
+                if name not in found:
+                    raise ServiceError(
+                        ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
+                    )
+                found_path = found[name]
+            entry = self.models.setdefault(name, ModelEntry(name, found_path))
+        async with entry.lock:
+            try:
+                return await self._load_locked(entry, config_override)
+            finally:
+                self.load_barrier.notify()
+
+    async def _load_locked(self, entry: ModelEntry, override: mc.ModelConfig | None) -> tuple[str, list[str]]:
+        loop = asyncio.get_running_loop()
+        files = await loop.run_in_executor(None, snapshot, entry.model_dir)
+        entry.seen = files
+        serving = {v: mv for v, mv in entry.versions.items() if mv.state == READY}
+        if not serving:
+            entry.state = LOADING
+        try:
+            config, chosen = await self._prepare_config(entry, override)
+        except ServiceError as e:
+            log.error("failed to load '%s': %s", entry.name, e.message)
+            if serving:  # the serving versions stay; the error shows on them
+                entry.state = READY
+                for mv in serving.values():
+                    mv.reason = f"reload failed, still serving the previous version: {e.message}"
+            else:
+                entry.error, entry.state = e.message, UNAVAILABLE
+            return e.message, []
+        entry.error = ""
+        if config.platform == "ensemble":
+            await self.load_barrier.wait(
+                entry.name,
+                step_model_names(config),
+                lambda n: n in self.models and (self.models[n].state == LOADING or self.models[n].lock.locked()),
+            )
+        plan = self._plan(entry, config, chosen, serving, files)
+        for v in plan.start:
+            if v not in serving:  # a new version shows LOADING while it starts
+                entry.versions[v] = ModelVersion(entry.name, v, entry.model_dir, config)
+        started = await asyncio.gather(*(self._start_version(entry, config, v, files) for v in plan.start))
+        updated = await asyncio.gather(
+            *(
+                update_instances(mv, config, partial(self._instance_specs, mv, config), self.options.unload_timeout_s)
+                for mv in plan.update.values()
+            )
+        )
+        errors = [e for e in updated if e]
+        # the switch: one assignment, so a request sees either the old set of versions or the new one
+        versions = {v: mv for v, mv in entry.versions.items() if v not in chosen and mv.state != READY}
+        versions.update(plan.keep)
+        versions.update(plan.update)
+        for mv in [*plan.keep.values(), *plan.update.values()]:
+            if not mv.reason.startswith("update failed"):
+                mv.reason = ""
+        replaced = []
+        for mv in started:
+            old = serving.get(mv.version)
+            if mv.state == READY:
+                versions[mv.version] = mv
+                if old is not None:
+                    replaced.append(old)
+            else:
+                errors.append(f"version {mv.version} is at UNAVAILABLE state: {mv.reason}")
+                if old is not None:
+                    old.reason = f"reload failed, still serving the previous version: {mv.reason}"
+                versions[mv.version] = old if old is not None else mv
+        for mv in plan.leave:
+            mv.state = UNLOADING
+            versions[mv.version] = mv
+        for mv in replaced:
+            mv.state = UNLOADING
+        entry.versions = dict(sorted(versions.items()))
+        entry.model_files = files.model_level
+        entry.state = READY if any(mv.state == READY for mv in versions.values()) else UNAVAILABLE
+        self.load_barrier.notify()
+        if not errors:
+            log.info("successfully loaded '%s'", entry.name)
+        await asyncio.gather(*(self._retire(mv) for mv in [*replaced, *plan.leave]))
+        return "", errors
+
+    def _plan(
+        self,
+        entry: ModelEntry,
+        config: mc.ModelConfig,
+        chosen: list[int],
+        serving: dict[int, ModelVersion],
+        files: ModelFiles,
+    ) -> _Plan:
+        plan = _Plan(config)
+        base = without_instances(config)
+        for v in chosen:
+            cur = serving.get(v)
+            if (
+                cur is None
+                or cur.files != files.versions.get(v, ())
+                or entry.model_files != files.model_level
+                or without_instances(cur.config) != base
+            ):
+                plan.start.append(v)
+            elif list(cur.config.instance_group) == list(config.instance_group) or cur.pool is None:
+                plan.keep[v] = cur
+                cur.config = config  # e.g. a new version policy
+            else:
+                plan.update[v] = cur
+        plan.leave = [mv for v, mv in serving.items() if v not in chosen]
+        return plan
+
+    async def _start_version(
+        self, entry: ModelEntry, config: mc.ModelConfig, version: int, files: ModelFiles
+    ) -> ModelVersion:
+        log.info("loading: %s:%d", entry.name, version)
+        mv = ModelVersion(entry.name, version, entry.model_dir, config, files=files.versions.get(version, ()))
+        mv.signature = build_signature(config)
+        mv.stats.decoupled = mv.decoupled
+        if self.options.summaries:
+            mv.stats.summaries = SummaryWindow()
+        started = time.monotonic()
+        try:
+            pool = None
+            if config.platform != "ensemble":
+                pool = InstancePool(self._instance_specs(mv, config))
+                await pool.start()
+                if config.model_warmup:
+                    try:
+                        await run_warmup(config, mv.model_dir, str(version), pool)
+                    except BaseException:
+                        await pool.stop()
+                        raise
+            mv.pool = pool
+            try:
+                mv.scheduler = self.scheduler_factory(mv, pool)
+            except BaseException:
+                if pool is not None:
+                    await pool.stop()
+                raise
+            mv.state = READY
+            mv.stats.load_duration_s = time.monotonic() - started
+        except ServiceError as e:
+            mv.state, mv.reason = UNAVAILABLE, e.message
+            log.error("failed to load '%s' version %d: %s", entry.name, version, e.message)
+        except Exception as e:
+            mv.state, mv.reason = UNAVAILABLE, f"{type(e).__name__}: {e}"
+            log.exception("failed to load '%s' version %d", entry.name, version)
+        return mv
+
+    def _instance_specs(self, mv: ModelVersion, config: mc.ModelConfig) -> list[Any]:
+        o = self.options
+        return instance_specs(
+            config,
+            mv.name,
+            mv.version,
+            mv.model_dir,
+            o.gpu_count,
+            o.arena_bytes,
+            o.log_verbose,
+            o.attach_worker,
+            arena_growth_bytes=o.arena_growth_bytes,
+            arena_reserve=o.arena_reserve,
+        )
+
+    async def _prepare_config(
+        self, entry: ModelEntry, override: mc.ModelConfig | None
+    ) -> tuple[mc.ModelConfig, list[int]]:
+        loop = asyncio.get_running_loop()
+        versions = await loop.run_in_executor(None, numeric_versions, entry.model_dir)
+        if override is not None:
+            config, path, exists = override, os.path.join(entry.model_dir, "config.pbtxt"), True
+        else:
+            config, path, exists = await loop.run_in_executor(
+                None, cfg.read_config, entry.model_dir, self.options.model_config_name
+            )
+        cfg.fill_backend(config, entry.model_dir, versions)
+        if self.options.auto_complete and config.backend and versions:
+            config = await run_auto_complete(
+                config, entry.model_dir, os.path.join(entry.model_dir, str(versions[-1])), exists
+            )
+        elif not exists:
+            raise cfg.config_error(path, "model configuration file is missing and auto-complete is disabled")
+        cfg.normalize(config, entry.name, self.options.gpu_count)
+        cfg.validate(config, entry.name, path)
+        if config.platform == "ensemble":
+            return config, [1] if not versions else select_versions(config, versions)
+        chosen = select_versions(config, versions)
+        if not chosen:
+            raise cfg.config_error(path, f"no version is available for model '{entry.name}' under its version policy")
+        return config, chosen
+
+    # ---- unload ---------------------------------------------------------------------------------------------
+    async def unload(self, name: str) -> None:
+        """Unload every version of a model: new requests are refused at once, in-flight ones finish first.
+
+        Unloading a model that is not loaded (or not known) does nothing, as in Triton.
+        """
+        entry = self.models.get(name)
+        if entry is None:
+            return
+        async with entry.lock:
+            leaving = [mv for mv in entry.versions.values() if mv.state == READY]
+            for mv in leaving:
+                mv.state = UNLOADING
+            entry.state = UNLOADING if leaving else entry.state
+            await asyncio.gather(*(self._retire(mv) for mv in leaving))
+            for mv in entry.versions.values():
+                mv.state, mv.reason = UNAVAILABLE, UNLOADED
+            entry.state = UNAVAILABLE if entry.versions else ""
+            entry.seen = None
+
+    async def remove(self, name: str) -> None:
+        """The model's directory is gone (poll mode): unload it and forget it."""
+        await self.unload(name)
+        entry = self.models.get(name)
+        if entry is not None and not entry.lock.locked():
+            del self.models[name]
+
+    async def _retire(self, mv: ModelVersion) -> None:
+        """Drain a version that is out of routing (bounded by the unload timeout), then finalize its instances."""
+        self._leaving.add(mv)
+        timeout = self.options.unload_timeout_s
+        try:
+            drained = mv.scheduler is None or await mv.scheduler.drain(timeout)
+            if not drained:
+                log.warning(
+                    "'%s' version %d still had requests in flight after %g s; stopping it anyway",
+                    mv.name,
+                    mv.version,
+                    timeout,
+                )
+            await self._stop_version(
+                mv,
+                f"model '{mv.name}' version {mv.version} was unloaded before the request finished "
+                f"(unload timeout {timeout:g} s)",
+                FINALIZE_TIMEOUT_S if drained else 1.0,  # busy past the timeout: stop it now
+            )
+        finally:
+            self._leaving.discard(mv)
+        if mv.state == UNLOADING:
+            mv.state, mv.reason = UNAVAILABLE, UNLOADED
+        log.info("successfully unloaded '%s' version %d", mv.name, mv.version)
+
+    async def _stop_version(self, mv: ModelVersion, reason: str = "", timeout_s: float = FINALIZE_TIMEOUT_S) -> None:
+        if mv.scheduler is not None:
+            await mv.scheduler.stop()
+        if mv.pool is not None:
+            await mv.pool.stop(timeout_s, reason)
+
+    async def stop(self) -> None:
+        """Unload everything."""
+        mvs = {mv for e in self.models.values() for mv in e.versions.values()} | self._leaving
+        await asyncio.gather(*(self._stop_version(mv) for mv in mvs), return_exceptions=True)
+
+    # ---- lookup -----------------------------------------------------------------------------------------
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        """The version a request targets; Triton's NOT_FOUND / UNAVAILABLE errors otherwise."""
+        entry = self.models.get(name)
+        if entry is None or (not entry.versions and not entry.error):
+            raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
+        if version:
+            v = parse_version(version)
+            mv = entry.versions.get(v)
+            if mv is None:
+                raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' version {v} is not found")
+            if mv.state != READY:
+                raise ServiceError(
+                    ErrorCode.UNAVAILABLE,
+                    f"Request for unknown model: '{name}' version {v} is not at ready state",
+                )
+            return mv
+        ready = [mv for mv in entry.versions.values() if mv.state == READY]
+        if not ready:
+            raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' has no available versions")
+        return max(ready, key=lambda mv: mv.version)

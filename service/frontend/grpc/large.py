@@ -1,0 +1,145 @@
+"""Large ModelInfer messages without long stalls of the event loop: tensor bytes are sliced, not parsed.
+
+protobuf copies every `bytes` field while parsing, again on each access, and again while serialising, all
+holding the GIL: for a 100 MiB tensor that kept the loop (every other client) waiting for ~1 s on this VM.
+Above LARGE_BYTES a ModelInferRequest is split at the wire level: `raw_input_contents` (field 7) become
+memoryviews of the received buffer (no copy) and only the rest is parsed by protobuf. A response above
+LARGE_BYTES is serialised here: protobuf writes the small part, and the output bytes are copied once into the
+final message by numpy on a worker thread (numpy releases the GIL while copying).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from protos import grpc_service_pb2 as pb
+from service.types import InferResponse
+
+LARGE_BYTES = 1 << 20  # messages above this take the sliced paths
+_RAW_INPUT_FIELD = 7  # ModelInferRequest.raw_input_contents
+_RAW_OUTPUT_TAG = b"\x32"  # ModelInferResponse.raw_output_contents: field 6, wire type 2
+
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+
+
+@dataclass(slots=True)
+class SplitRequest:
+    """A large ModelInferRequest: everything but the raw contents parsed, the raw contents as views."""
+
+    msg: pb.ModelInferRequest
+    raws: list[memoryview]
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated message")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("malformed varint")
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def parse_request(raw: bytes) -> pb.ModelInferRequest | SplitRequest:
+    """ModelInferRequest.FromString for small messages; SplitRequest (no tensor copy) for large ones."""
+    if len(raw) <= LARGE_BYTES:
+        return pb.ModelInferRequest.FromString(raw)
+    view = memoryview(raw)
+    rest: list[memoryview] = []
+    raws: list[memoryview] = []
+    pos, end = 0, len(view)
+    while pos < end:
+        start = pos
+        key, pos = _varint(view, pos)
+        wire = key & 7
+        if wire == 0:
+            _, pos = _varint(view, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            n, pos = _varint(view, pos)
+            if key >> 3 == _RAW_INPUT_FIELD:
+                if pos + n > end:
+                    raise ValueError("truncated message")
+                raws.append(view[pos : pos + n])
+                pos += n
+                continue
+            pos += n
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > end:
+            raise ValueError("truncated message")
+        rest.append(view[start:pos])
+    return SplitRequest(pb.ModelInferRequest.FromString(b"".join(rest)), raws)
+
+
+def serialize(message: pb.ModelInferResponse | bytes) -> bytes:
+    """The ModelInfer response serializer: messages as protobuf does, pre-serialised large ones as they are."""
+    return message if type(message) is bytes else message.SerializeToString()  # type: ignore[union-attr]
+
+
+def response_bytes(resp: InferResponse) -> int:
+    """Payload bytes of a response's outputs."""
+    return sum(len(o.data) if o.data is not None else 0 for o in resp.outputs)
+
+
+def _header(resp: InferResponse) -> tuple[bytes, list[tuple[bytes, memoryview]]]:
+    """The response without raw contents (protobuf), and (field prefix, bytes) per output."""
+    msg = pb.ModelInferResponse(model_name=resp.model_name, model_version=resp.model_version, id=resp.id)
+    from service.frontend.grpc.codec import _set_param  # one way of writing parameters
+
+    for name, value in resp.parameters.items():
+        _set_param(msg.parameters[name], value)
+    parts = []
+    for o in resp.outputs:
+        msg.outputs.add(name=o.name, datatype=o.datatype, shape=o.shape)
+        data = memoryview(o.data if o.data is not None else b"").cast("B")
+        parts.append((_RAW_OUTPUT_TAG + _encode_varint(len(data)), data))
+    return msg.SerializeToString(), parts
+
+
+def _fill(target: np.ndarray, pieces: list[tuple[int, memoryview]]) -> None:
+    for offset, data in pieces:
+        np.copyto(target[offset : offset + len(data)], np.frombuffer(data, np.uint8))
+
+
+async def serialize_large(resp: InferResponse) -> bytes:
+    """The serialised ModelInferResponse, its tensor bytes copied once, off the event loop."""
+    head, parts = _header(resp)
+    total = len(head) + sum(len(prefix) + len(data) for prefix, data in parts)
+    out: bytes = _new_bytes(None, total)  # uninitialised; filled below before anyone else sees it
+    # a writable array over the new bytes object's own buffer (c_char_p points into it, no copy)
+    writable = np.ctypeslib.as_array(ctypes.cast(ctypes.c_char_p(out), ctypes.POINTER(ctypes.c_ubyte)), (total,))
+    small: list[tuple[int, memoryview]] = [(0, memoryview(head))]
+    big: list[tuple[int, memoryview]] = []
+    pos = len(head)
+    for prefix, data in parts:
+        small.append((pos, memoryview(prefix)))
+        pos += len(prefix)
+        big.append((pos, data))
+        pos += len(data)
+    _fill(writable, small)
+    await asyncio.get_running_loop().run_in_executor(None, _fill, writable, big)
+    return out

@@ -1,0 +1,373 @@
+"""The gRPC front end: GRPCInferenceService and grpc.health.v1 on grpc.aio, translating to Engine calls."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc as pb_grpc
+from protos import health_pb2, health_pb2_grpc
+from service.config.security import GrpcSettings
+from service.core.engine import Engine
+from service.core.observability.tracer import Trace
+from service.errors import ErrorCode, ServiceError
+from service.frontend.grpc import codec
+from service.frontend.grpc import large as grpc_large
+from service.frontend.grpc import stream as grpc_stream
+from service.frontend.grpc.handlers import (
+    HEALTH_SERVICE,
+    INFERENCE_SERVICE,
+    HandlerFactory,
+    add_service,
+    health_handlers,
+    inference_handlers,
+)
+from service.frontend.status import GRPC_STATUS
+from service.ipc import stagetrace
+from shm.errors import ShmError
+
+log = logging.getLogger("trireme.grpc")
+_T = TypeVar("_T")
+
+MAX_MESSAGE = 2**31 - 1
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+    ("grpc.so_reuseport", 0),
+]
+
+
+async def _abort(context: grpc.aio.ServicerContext, e: Exception) -> NoReturn:
+    err = codec.error_to_service(e)
+    if err.code == ErrorCode.INTERNAL and not isinstance(e, ServiceError):
+        log.exception("internal error")
+    await context.abort(GRPC_STATUS[err.code], err.message)
+    raise AssertionError("unreachable")
+
+
+def _shm_to_service(e: ShmError) -> ServiceError:
+    return ServiceError(ErrorCode[e.code], e.message)
+
+
+async def _shm_call(
+    context: grpc.aio.ServicerContext,
+    call: Callable[[], _T],
+    others: type[Exception] | tuple[type[Exception], ...] = Exception,
+) -> _T:
+    """call() for a shared-memory RPC: a ShmError aborts with its own code and message, an exception of `others`
+    (every exception by default; the status RPCs pass none) aborts as _abort maps it."""
+    try:
+        return call()
+    except ShmError as e:
+        await _abort(context, _shm_to_service(e))
+    except others as e:
+        await _abort(context, e)
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """Every RPC of inference.GRPCInferenceService."""
+
+    def __init__(self, engine: Engine, handlers: HandlerFactory, stream_buffer_bytes: int = 64 << 20) -> None:
+        self.engine = engine
+        self.handlers = handlers
+        self.stream_buffer_bytes = stream_buffer_bytes
+
+    # ---- health & metadata --------------------------------------------------------------------------------
+    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.engine.live)
+
+    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.engine.server_ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        try:
+            return pb.ModelReadyResponse(ready=self.engine.model_ready(request.name, request.version))
+        except Exception as e:
+            await _abort(context, e)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
+        name, version, extensions = self.engine.server_metadata()
+        return pb.ServerMetadataResponse(name=name, version=version, extensions=extensions)
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        try:
+            return codec.metadata_response(self.engine.model_metadata(request.name, request.version))
+        except Exception as e:
+            await _abort(context, e)
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        try:
+            response = pb.ModelConfigResponse()
+            response.config.CopyFrom(self.engine.model_config(request.name, request.version))
+            return response
+        except Exception as e:
+            await _abort(context, e)
+
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        try:
+            return codec.statistics_response(self.engine.statistics(request.name, request.version))
+        except Exception as e:
+            await _abort(context, e)
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        if request.repository_name:
+            await _abort(
+                context,
+                ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported"),
+            )
+        return codec.index_response(self.engine.repository_index(request.ready))
+
+    # ---- inference ------------------------------------------------------------------------------------------
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        if stagetrace.RECORDER is not None:
+            return await self._traced_infer(request, context, stagetrace.RECORDER)
+        if self.engine.tracer.enabled:
+            return await self._sampled_infer(request, context)
+        try:
+            response = await self.engine.infer(codec.decode_infer_request(request))
+        except Exception as e:
+            await _abort(context, e)
+        if response.error is not None:
+            await _abort(context, response.error)
+        if grpc_large.response_bytes(response) > grpc_large.LARGE_BYTES:
+            return await grpc_large.serialize_large(response)  # type: ignore[return-value] # bytes, see serialize
+        return codec.encode_infer_response(response)
+
+    async def _traced_infer(
+        self, request: pb.ModelInferRequest, context: Any, recorder: stagetrace.Recorder
+    ) -> pb.ModelInferResponse:
+        """ModelInfer with stage timestamps (TRIREME_STAGE_TRACE set): same behaviour, one JSON line each."""
+        handler = stagetrace.now()
+        try:
+            req = codec.decode_infer_request(request)
+            req.stamps = [("handler", handler), ("decoded", stagetrace.now())]
+            response = await self.engine.infer(req)
+        except Exception as e:
+            await _abort(context, e)
+        req.stamps.append(("resumed", stagetrace.now()))
+        if response.error is not None:
+            await _abort(context, response.error)
+        encoded = codec.encode_infer_response(response)
+        req.stamps.append(("encoded", stagetrace.now()))
+        recorder.write(req.stamps)
+        return encoded
+
+    async def _sampled_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        """ModelInfer while tracing is on (--trace-config / TraceSetting): the sampled ones get a Trace."""
+        received = time.monotonic_ns()
+        trace: Trace | None = None
+        try:
+            try:
+                req = codec.decode_infer_request(request)
+                trace = self.engine.tracer.sample(req.model_name, grpc_stream.traceparent_of(context))
+                if trace is not None:
+                    trace.stamp("GRPC_WAITREAD_START", received)
+                    trace.stamp("GRPC_WAITREAD_END")
+                    req.trace = trace
+                response = await self.engine.infer(req)
+            except Exception as e:
+                await _abort(context, e)
+            if response.error is not None:
+                await _abort(context, response.error)
+            if trace is not None:
+                trace.stamp("GRPC_SEND_START")
+            encoded = codec.encode_infer_response(response)
+            if trace is not None:
+                trace.stamp("GRPC_SEND_END")
+            return encoded
+        finally:
+            if trace is not None:
+                trace.finish()
+
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any) -> None:
+        # reads with context.read(), writes with write()
+        await grpc_stream.serve_stream(self.engine, context, self.stream_buffer_bytes, self.handlers.note_unparsable)
+
+    # ---- model control -------------------------------------------------------------------------------------
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> pb.RepositoryModelLoadResponse:
+        try:
+            if request.repository_name:
+                raise ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
+            config_json = ""
+            for key, value in request.parameters.items():
+                if key == "config":
+                    if value.WhichOneof("parameter_choice") != "string_param":
+                        raise ServiceError(ErrorCode.INVALID_ARG, "'config' parameter is expected to be a string")
+                    config_json = value.string_param
+                elif key.startswith("file:"):
+                    raise ServiceError(
+                        ErrorCode.UNSUPPORTED, "loading model files through the request is not supported"
+                    )
+                else:
+                    raise ServiceError(ErrorCode.INVALID_ARG, f"unrecognized load parameter '{key}'.")
+            await self.engine.load_model(request.model_name, config_json)
+        except Exception as e:
+            await _abort(context, e)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> pb.RepositoryModelUnloadResponse:
+        try:
+            if request.repository_name:
+                raise ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
+            await self.engine.unload_model(request.model_name)
+        except Exception as e:
+            await _abort(context, e)
+        return pb.RepositoryModelUnloadResponse()
+
+    # ---- shared memory --------------------------------------------------------------------------------------
+    def _registry(self) -> Any:
+        return self.engine.client_shm()
+
+    def _shm_status(self, kind: str, name: str) -> list[Any]:
+        """Regions of kind "system" or "cuda" (all when name is empty); none while client shm is disabled."""
+        registry = self.engine.shm_registry
+        if registry is None:
+            if name:  # client shm disabled: nothing is registered
+                raise ShmError("NOT_FOUND", f"Unable to find {kind} shared memory region: '{name}'")
+            return []
+        return registry.system_status(name) if kind == "system" else registry.cuda_status(name)
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> pb.SystemSharedMemoryStatusResponse:
+        regions = await _shm_call(context, lambda: self._shm_status("system", request.name), others=())
+        response = pb.SystemSharedMemoryStatusResponse()
+        for r in regions:
+            response.regions[r.name].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                    name=r.name, key=r.key, offset=r.offset, byte_size=r.byte_size
+                )
+            )
+        return response
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> pb.SystemSharedMemoryRegisterResponse:
+        await _shm_call(
+            context,
+            lambda: self._registry().register_system(request.name, request.key, request.offset, request.byte_size),
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> pb.SystemSharedMemoryUnregisterResponse:
+        await _shm_call(context, lambda: self._registry().unregister_system(request.name))
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> pb.CudaSharedMemoryStatusResponse:
+        regions = await _shm_call(context, lambda: self._shm_status("cuda", request.name), others=())
+        response = pb.CudaSharedMemoryStatusResponse()
+        for r in regions:
+            response.regions[r.name].CopyFrom(
+                pb.CudaSharedMemoryStatusResponse.RegionStatus(
+                    name=r.name, device_id=r.device_id, byte_size=r.byte_size
+                )
+            )
+        return response
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> pb.CudaSharedMemoryRegisterResponse:
+        await _shm_call(
+            context,
+            lambda: self._registry().register_cuda(
+                request.name, request.raw_handle, request.device_id, request.byte_size
+            ),
+        )
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> pb.CudaSharedMemoryUnregisterResponse:
+        await _shm_call(context, lambda: self._registry().unregister_cuda(request.name))
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # ---- settings ------------------------------------------------------------------------------------------
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
+        updates: dict[str, list[str] | None] = {k: list(v.value) for k, v in request.settings.items()}
+        try:
+            current = self.engine.trace_setting(request.model_name, updates)
+        except Exception as e:
+            await _abort(context, e)
+        response = pb.TraceSettingResponse()
+        for key, values in current.items():
+            response.settings[key].value.extend(values)
+        return response
+
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
+        changes = {}
+        for key, value in request.settings.items():
+            which = value.WhichOneof("parameter_choice")
+            if which is not None:
+                changes[key] = getattr(value, which)
+        try:
+            if changes:
+                self.engine.log_settings.update(changes)
+        except Exception as e:
+            await _abort(context, e)
+        response = pb.LogSettingsResponse()
+        for key, current in self.engine.log_settings.as_dict().items():
+            entry = response.settings[key]
+            if isinstance(current, bool):
+                entry.bool_param = current
+            elif isinstance(current, int):
+                entry.uint32_param = current
+            else:
+                entry.string_param = current
+        return response
+
+
+class HealthServicer(health_pb2_grpc.HealthServicer):
+    """grpc.health.v1.Health: SERVING iff the server is ready."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def Check(self, request: Any, context: Any) -> health_pb2.HealthCheckResponse:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if self.engine.server_ready()
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        return health_pb2.HealthCheckResponse(status=status)
+
+
+def _read_pem(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise OSError(f"unable to read the gRPC {what} '{path}': {e.strerror}") from None
+
+
+def server_credentials(settings: GrpcSettings) -> grpc.ServerCredentials | None:
+    """TLS credentials from Triton's --grpc-use-ssl* / --grpc-*-cert flags (None: plaintext)."""
+    if not settings.use_ssl:
+        return None
+    if not settings.server_cert or not settings.server_key:
+        raise OSError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+    key = _read_pem(settings.server_key, "server key")
+    cert = _read_pem(settings.server_cert, "server certificate")
+    root = _read_pem(settings.root_cert, "root certificate") if settings.root_cert else None
+    if settings.use_ssl_mutual and root is None:
+        raise OSError("--grpc-use-ssl-mutual needs --grpc-root-cert (the CA that signs client certificates)")
+    return grpc.ssl_server_credentials([(key, cert)], root, require_client_auth=settings.use_ssl_mutual)
+
+
+def build_grpc_server(
+    engine: Engine, address: str, settings: GrpcSettings | None = None
+) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server bound to `address` (host:port; port 0 picks one). Returns (server, bound port)."""
+    settings = settings or GrpcSettings()
+    credentials = server_credentials(settings)
+    server = grpc.aio.server(options=[*SERVER_OPTIONS, *settings.channel_args.items()])
+    factory = HandlerFactory(settings.restricted)
+    servicer = InferenceServicer(engine, factory, settings.stream_buffer_bytes)
+    add_service(server, INFERENCE_SERVICE, inference_handlers(servicer, factory))
+    add_service(server, HEALTH_SERVICE, health_handlers(HealthServicer(engine), factory))
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise OSError(f"unable to bind the gRPC server to {address} (address already in use?)")
+    return server, port
