@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import time
 import weakref
 from collections import deque
@@ -22,6 +21,7 @@ import numpy as np
 from service.errors import ErrorCode, ServiceError
 from service.ipc import frames as ipc
 from service.ipc.arena import ArenaMap, GrowingArena, ShmPoolExhausted, segment_name
+from service.ipc.launch import fds_env, worker_command
 from service.types import InferRequest, InferResponse, OutputTensor, ShmRef
 
 log = logging.getLogger("trireme.workers")
@@ -61,11 +61,6 @@ class _Inflight:
 
 
 DoneCallback = Callable[["WorkerProcess", "ipc.ExecDone | None"], None]
-
-
-def worker_command() -> list[str]:
-    """argv prefix that starts a worker with this interpreter."""
-    return [sys.executable, "-m", "service.worker.main"]
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -222,12 +217,13 @@ class WorkerProcess:
         self.cancel_sock, cancel_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.cancel_sock.setblocking(False)
         try:
+            fds = [child_sock.fileno(), cancel_child.fileno()]
+            spec = self.spec
+            title = {"model": spec.model_name, "version": spec.model_version, "instance": spec.instance_name}
             self.proc = await asyncio.create_subprocess_exec(
-                *worker_command(),
-                str(child_sock.fileno()),
-                str(cancel_child.fileno()),
-                pass_fds=(child_sock.fileno(), cancel_child.fileno()),
-                env=worker_env(self.spec.env),
+                *worker_command(title),
+                pass_fds=fds,
+                env=worker_env({**spec.env, **fds_env(fds)}),
                 stdin=asyncio.subprocess.DEVNULL,
                 # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
                 # kill workers behind the server's back; the server stops them, or they exit on EOF

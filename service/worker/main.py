@@ -1,7 +1,8 @@
 """Entry point of a worker process: load one model instance with its backend and serve batches.
 
-Started by the server as `python -m service.worker.main <socket fd>`; everything else arrives as
-messages on that socket (ipc.Init or ipc.AutoComplete first).
+Started by the server as `python -m service.worker.main model=<name> version=<v> instance=<instance>` (words that
+only name the process for ps and top) with its socket descriptors in the environment (ipc/launch.py); everything
+else arrives as messages on that socket (ipc.Init or ipc.AutoComplete first).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from service.errors import ErrorCode
 from service.ipc import frames as ipc
 from service.ipc import stagetrace
 from service.ipc.arena import ShmPoolExhausted
+from service.ipc.launch import take_fds
 from service.worker.backends.base import Backend, BackendContext, WorkerRequest, load_backend_class
 from service.worker.bls_client import BlsClient
 from service.worker.channel import OutputTooLarge, WorkerChannel
@@ -296,7 +298,11 @@ def main() -> None:
     """Connect to the server through the inherited socket and serve until told to stop."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
-    sock = socket.socket(fileno=int(sys.argv[1]))
+    fds = take_fds()
+    # what a model sees in sys.argv, as under Triton's stub: no worker arguments (unittest.main() and argparse
+    # in a model.py parse an empty command line)
+    sys.argv = [""]
+    sock = socket.socket(fileno=fds[0])
     channel = WorkerChannel(sock)
     try:
         first = channel.read_one()
@@ -309,8 +315,8 @@ def main() -> None:
             logging.getLogger().setLevel(logging.DEBUG)
         worker = Worker(channel, first)
         pb_metrics.state.default = worker.metrics  # threads the model starts itself use it too
-        if len(sys.argv) > 2:
-            CancelListener(socket.socket(fileno=int(sys.argv[2])), worker.on_message)
+        if len(fds) > 1:
+            CancelListener(socket.socket(fileno=fds[1]), worker.on_message)
         worker.start()
         worker.serve()
     except (EOFError, ConnectionError, BrokenPipeError):

@@ -9,8 +9,9 @@ import socket
 from protos import model_config_pb2 as mc
 from service.core.repository import model_config as cfg
 from service.errors import ErrorCode, ServiceError
-from service.instances.process import worker_command, worker_env
+from service.instances.process import worker_env
 from service.ipc import frames as ipc
+from service.ipc.launch import fds_env, worker_command
 
 AUTO_COMPLETE_TIMEOUT_S = 60.0
 
@@ -42,11 +43,11 @@ async def run_auto_complete(
         return config
     parent, child = socket.socketpair()
     try:
+        title = {"model": os.path.basename(model_dir), "version": os.path.basename(version_dir)}
         proc = await asyncio.create_subprocess_exec(
-            *worker_command(),
-            str(child.fileno()),
+            *worker_command({**title, "task": "auto-complete"}),
             pass_fds=(child.fileno(),),
-            env=worker_env(),
+            env=worker_env(fds_env([child.fileno()])),
             stdin=asyncio.subprocess.DEVNULL,
             # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
             # kill workers behind the server's back; the server stops them, or they exit on EOF
