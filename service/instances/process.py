@@ -52,6 +52,7 @@ class InstanceSpec:
     inline: bool = False  # in-process, execute() on the server's event loop (in_process_inline)
     # called with every WorkerProcess made from this spec (restarts too), e.g. to add message_handlers (BLS)
     attach: Callable[[WorkerProcess], None] | None = None
+    backend_dir: str = ""  # a Python-based backend's folder (DIR/<name> of --backend-directory); "" = built-in
 
 
 @dataclass(slots=True)
@@ -190,6 +191,7 @@ class WorkerProcess:
                     spec.arena_bytes,
                     spec.log_verbose,
                     growth,
+                    spec.backend_dir,
                 )
             )
             try:

@@ -31,3 +31,24 @@ def take_fds() -> list[int]:
         return [int(part) for part in value.split(",") if part]
     except ValueError:
         raise SystemExit(f"{FDS_ENV} must list file descriptors, got '{value}'") from None
+
+
+PLACEMENT_ENV = "TRIREME_WORKER_PLACEMENT"  # "<cores>;<numa node>": "0,1,2;0", "0,1;" or ";1"
+
+
+def placement_env(cores: tuple[int, ...], memory_node: int | None) -> dict[str, str]:
+    """The environment entry that tells a worker where to run (a host policy); {} when it may run anywhere."""
+    if not cores and memory_node is None:
+        return {}
+    node = "" if memory_node is None else str(memory_node)
+    return {PLACEMENT_ENV: ",".join(str(c) for c in cores) + ";" + node}
+
+
+def take_placement() -> tuple[list[int], int | None]:
+    """(cores, NUMA node to bind memory to) from the environment, removed from it; ([], None) when unset."""
+    value = os.environ.pop(PLACEMENT_ENV, "")
+    cores, _, node = value.partition(";")
+    try:
+        return [int(c) for c in cores.split(",") if c], int(node) if node else None
+    except ValueError:
+        raise SystemExit(f"{PLACEMENT_ENV} must be '<cores>;<node>', got '{value}'") from None

@@ -97,7 +97,8 @@ def fill_backend(config: mc.ModelConfig, model_dir: str, versions: list[int]) ->
         if config.platform in PLATFORM_BACKENDS:
             config.default_model_filename = PLATFORM_BACKENDS[config.platform][1]
         elif config.backend:
-            config.default_model_filename = BACKEND_FILES.get(config.backend, f"model.{config.backend}")
+            # "" for other backends (Python-based ones, --backend-directory), as Triton's ModelConfig shows
+            config.default_model_filename = BACKEND_FILES.get(config.backend, "")
 
 
 def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int = 0) -> None:
