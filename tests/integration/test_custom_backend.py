@@ -126,9 +126,7 @@ def test_python_based_backends_serve_their_models(custom_setup: Any, start_serve
     np.testing.assert_allclose(scores, expected, rtol=1e-6)
 
 
-def test_without_backend_directory_a_custom_backend_fails_only_its_model(
-    custom_setup: Any, start_server: Any
-) -> None:
+def test_without_backend_directory_a_custom_backend_fails_only_its_model(custom_setup: Any, start_server: Any) -> None:
     _backends, repo, _w, _b = custom_setup
     server = start_server([repo], ["--exit-on-error=false"])
     index = requests.post(f"http://{server.http_url}/v2/repository/index", timeout=10).json()
