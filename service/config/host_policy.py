@@ -13,6 +13,7 @@ instance group names but no flag defines fails that model's load (Triton silentl
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 SETTINGS = ("numa-node", "cpu-cores")
@@ -48,7 +49,7 @@ def parse_core_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(cores))
 
 
-def format_cores(cores: tuple[int, ...] | list[int] | set[int]) -> str:
+def format_cores(cores: Iterable[int]) -> str:
     """(0, 1, 2, 5) -> '0-2,5' (the kernel's cpulist form)."""
     out: list[str] = []
     ordered = sorted(cores)

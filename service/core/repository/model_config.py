@@ -128,6 +128,7 @@ def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int = 0) -> No
     if not config.instance_group:
         group = config.instance_group.add()
         group.kind = mc.ModelInstanceGroup.KIND_AUTO
+        group.name = config.name  # Triton names the group it adds after the model: its instance is '<model>_0'
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
