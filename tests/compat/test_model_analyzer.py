@@ -95,11 +95,8 @@ def test_a_tiny_sweep_runs_through_trireme(tmp_path: Path) -> None:
     with (export / "results" / "metrics-model-inference.csv").open() as f:
         rows = list(csv.DictReader(f))
     seen = {(r["Model Config Path"], r["Instance Group"], r["Concurrency"]) for r in rows}
-    assert seen == {
-        (variant, group, c)
-        for variant, group in (("scale_config_default", "1:CPU"), ("scale_config_0", "1:CPU"), ("scale_config_1", "2:CPU"))
-        for c in ("1", "2")
-    }, rows
+    variants = (("scale_config_default", "1:CPU"), ("scale_config_0", "1:CPU"), ("scale_config_1", "2:CPU"))
+    assert seen == {(variant, group, c) for variant, group in variants for c in ("1", "2")}, rows
     for row in rows:
         assert float(row["Throughput (infer/sec)"]) > 0 and float(row["p99 Latency (ms)"]) > 0, row
     summary = export / "reports" / "summaries" / "scale" / "result_summary.html"
