@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +23,10 @@ name: "{name}"
 backend: "python"
 max_batch_size: 0
 input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] }}, {{ name: "OUTPUT1" data_type: TYPE_STRING dims: [ -1 ] }} ]
+output [
+  {{ name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] }},
+  {{ name: "OUTPUT1" data_type: TYPE_STRING dims: [ -1 ] }}
+]
 {extra}
 """
 
