@@ -28,6 +28,7 @@ from service.worker.bls_client import BlsClient
 from service.worker.channel import OutputTooLarge, WorkerChannel
 from service.worker.metrics_client import ChannelMetricsSink
 from service.worker.pb_utils import metrics as pb_metrics
+from shm.system import SegmentTruncated
 
 log = logging.getLogger("trireme.worker")
 
@@ -249,6 +250,8 @@ class Worker:
                 msg.outputs = self._encode_outputs(req, outputs)
             except (OutputTooLarge, ShmPoolExhausted) as e:
                 msg.error_code, msg.error = int(ErrorCode.INTERNAL), str(e)
+            except SegmentTruncated as e:  # the client truncated its output region: its error, not ours
+                msg.error_code, msg.error = int(ErrorCode.INVALID_ARG), str(e)
             except (ValueError, TypeError) as e:
                 msg.error_code, msg.error = int(ErrorCode.INTERNAL), str(e)
         req.responses_sent += 1
