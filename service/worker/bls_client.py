@@ -127,8 +127,9 @@ class BlsClient:
         try:
             while True:
                 reply = self._next_reply(call_id, call)
-                if not reply.null or reply.error_code >= 0:
-                    yield self._to_response(reply)
+                # the final flags-only reply too, as an empty response: Triton's iterator yields it, and models
+                # written for Triton count on it (n responses + 1)
+                yield self._to_response(reply)
                 if reply.final:
                     return
         finally:
