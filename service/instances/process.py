@@ -462,6 +462,7 @@ class WorkerProcess:
             resp.parameters = msg.parameters
         if msg.error_code >= 0:
             resp.error = ServiceError(ErrorCode(msg.error_code), msg.error)
+            resp.model_error = msg.model_error
         elif msg.null:
             resp.null = True
         else:

@@ -137,6 +137,8 @@ class Respond(msgspec.Struct, tag="resp", array_like=True, omit_defaults=True):
     error: str = ""
     final: bool = True
     null: bool = False
+    # the error is a response the model returned (not an exception from execute): a success for statistics
+    model_error: bool = False
 
 
 class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True):

@@ -234,6 +234,7 @@ class Worker:
         error: tuple[int, str] | None,
         final: bool,
         parameters: dict[str, Any] | None,
+        model_error: bool = False,
     ) -> None:
         """Send one response for `req` (the backend calls this through req.respond)."""
         if req.closed:
@@ -243,6 +244,7 @@ class Worker:
             msg.parameters = parameters
         if error is not None:
             msg.error_code, msg.error = error
+            msg.model_error = model_error
         elif outputs is None:
             msg.null = True
         else:

@@ -39,10 +39,7 @@ class BackendContext:
     thread_init: Callable[[], None] | None = None
 
 
-RespondFn = Callable[
-    ["WorkerRequest", dict[str, np.ndarray] | None, tuple[int, str] | None, bool, dict[str, Any] | None],
-    None,
-]
+RespondFn = Callable[..., None]  # (request, outputs, error, final, parameters[, model_error])
 
 
 @dataclass(slots=True, eq=False)
@@ -71,10 +68,15 @@ class WorkerRequest:
         error: tuple[int, str] | None = None,
         final: bool = True,
         parameters: dict[str, Any] | None = None,
+        model_error: bool = False,
     ) -> None:
         """Send a response (outputs or an (ErrorCode, message) error); outputs=None and error=None with
-        final=True sends only the final flag (a decoupled model's empty final)."""
-        self.responder(self, outputs, error, final, parameters)
+        final=True sends only the final flag (a decoupled model's empty final). `model_error`: the error is a
+        response the model returned, which statistics count as a success (an exception is a failure)."""
+        if model_error:
+            self.responder(self, outputs, error, final, parameters, True)
+        else:  # responders that never see model errors (other backends, tests) may take five arguments
+            self.responder(self, outputs, error, final, parameters)
 
     def fail(self, code: ErrorCode, message: str) -> None:
         """Send a final error response."""
