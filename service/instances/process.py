@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from service.errors import ErrorCode, ServiceError
+from service.instances.readiness import ReadinessProbe
 from service.ipc import frames as ipc
 from service.ipc.arena import ArenaMap, GrowingArena, ShmPoolExhausted, segment_name
 from service.types import InferRequest, InferResponse, OutputTensor, ShmRef
@@ -155,6 +156,7 @@ class WorkerProcess:
         self._backlog: deque[tuple[ipc.Execute, list[tuple[memoryview, Any]]]] = deque()  # frames waiting on copies
         self.bytes_copied = 0  # input payload bytes copied to this worker, arena or inline (zero-copy accounting)
         self.message_handlers: dict[type, Callable[[Any], None]] = {}
+        self.readiness = ReadinessProbe(self.send_side, spec.instance_name)  # the model's own is_model_ready()
         if spec.attach is not None:
             spec.attach(self)
 
@@ -206,6 +208,7 @@ class WorkerProcess:
                 ) from None
             if isinstance(reply, ipc.Failed):
                 raise ServiceError(ErrorCode.INTERNAL, reply.message)
+            self.readiness.has_fn = reply.ready_fn
         except BaseException:
             await self.kill()
             raise
@@ -421,9 +424,20 @@ class WorkerProcess:
     def cancel(self, requests: list[InferRequest]) -> None:
         """Mark running requests cancelled inside the worker (pb_utils is_cancelled())."""
         rids = [rid for rid, rec in self.inflight.items() if rec.request in requests]
-        if rids and self.alive and self.cancel_sock is not None:
-            with contextlib.suppress(BlockingIOError, OSError):
-                self.cancel_sock.send(ipc.encode(ipc.Cancel(rids)))
+        if rids:
+            with contextlib.suppress(ConnectionError):  # not running: nothing to flag
+                self.send_side(ipc.Cancel(rids))
+
+    def send_side(self, message: Any) -> None:
+        """A message the worker handles at once, even while execute() runs (its side socket's reader thread)."""
+        if not self.alive or self.cancel_sock is None:
+            raise ConnectionError(f"model instance '{self.spec.instance_name}' is not running")
+        with contextlib.suppress(BlockingIOError, OSError):
+            self.cancel_sock.send(ipc.encode(message))
+
+    async def check_ready(self) -> bool:
+        """Alive, and the model's own readiness check (if it has one) says ready."""
+        return self.alive and await self.readiness.check()
 
     def on_message(self, message: Any) -> None:
         """Route one frame from the worker."""
@@ -435,6 +449,8 @@ class WorkerProcess:
                 on_done(self, message)
             if self._idle is not None:
                 self._check_idle()
+        elif isinstance(message, ipc.ReadyReply):
+            self.readiness.on_reply(message)
         elif isinstance(message, ipc.Ready | ipc.Failed):
             if self._startup is not None and not self._startup.done():
                 self._startup.set_result(message)
@@ -518,6 +534,7 @@ class WorkerProcess:
         """The worker exited or crashed: stop using it now; fail its requests once its exit status is known."""
         was_alive = self.alive
         self.alive = False
+        self.readiness.lost()
         if not self._closed.done():
             self._closed.set_result(None)
         if self._startup is not None and not self._startup.done():

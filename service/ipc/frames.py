@@ -116,9 +116,25 @@ class Shutdown(msgspec.Struct, tag="shutdown", array_like=True):
 
 
 class Ready(msgspec.Struct, tag="ready", array_like=True):
-    """Worker loaded the model (or finished auto-complete, with the config in `config_json`)."""
+    """Worker loaded the model (or finished auto-complete, with the config in `config_json`).
+
+    `ready_fn`: the model defines its own readiness check (a Python model's is_model_ready())."""
 
     config_json: str = ""
+    ready_fn: bool = False
+
+
+class ReadyCheck(msgspec.Struct, tag="readycheck", array_like=True):
+    """Server -> worker (on the side socket): run the model's own readiness check; answered by ReadyReply."""
+
+    check_id: int
+
+
+class ReadyReply(msgspec.Struct, tag="readyreply", array_like=True):
+    """Worker -> server: the result of ReadyCheck `check_id`."""
+
+    check_id: int
+    ready: bool
 
 
 class Failed(msgspec.Struct, tag="failed", array_like=True):
@@ -243,6 +259,8 @@ Message = (
     | Unmap
     | Shutdown
     | Ready
+    | ReadyCheck
+    | ReadyReply
     | Failed
     | Respond
     | ExecDone

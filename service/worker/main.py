@@ -109,7 +109,20 @@ class Worker:
         except BaseException as e:
             self.channel.send(ipc.Failed(_describe(e)))
             raise SystemExit(1) from None
-        self.channel.send(ipc.Ready())
+        self.channel.send(ipc.Ready(ready_fn=self.backend.has_ready_fn))
+
+    def _check_ready(self, check_id: int) -> None:
+        """Run the model's readiness check on a thread of its own (it may be slow, and this is the side
+        socket's reader or the server's loop) and answer with ReadyReply."""
+
+        def run() -> None:
+            if self.thread_init is not None:
+                self.thread_init()
+            backend = self.backend
+            ready = backend is not None and backend.is_ready()
+            self.channel.send(ipc.ReadyReply(check_id, ready))
+
+        threading.Thread(target=run, name="ready-check", daemon=True).start()
 
     def on_message(self, message: Any) -> None:
         """Dispatch one message that is not a reply someone waits for."""
@@ -127,6 +140,8 @@ class Worker:
                         self.cancelled_early.add(rid)
         elif isinstance(message, ipc.Unmap):
             self.channel.client_segments.drop(message.keys)
+        elif isinstance(message, ipc.ReadyCheck):
+            self._check_ready(message.check_id)
         elif isinstance(message, ipc.BlsResponse):
             self.bls.on_response(message)
         elif isinstance(message, ipc.Shutdown):

@@ -86,7 +86,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         try:
-            return pb.ModelReadyResponse(ready=self.engine.model_ready(request.name, request.version))
+            return pb.ModelReadyResponse(ready=await self.engine.model_ready(request.name, request.version))
         except Exception as e:
             await _abort(context, e)
 

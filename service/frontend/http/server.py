@@ -143,7 +143,7 @@ class HttpFrontend:
     async def model_ready(self, request: web.Request) -> web.Response:
         """200 when that model version is ready; 400 when not, 404 for an unknown model."""
         mi = request.match_info
-        if self.engine.model_ready(mi["model"], mi.get("version", "")):
+        if await self.engine.model_ready(mi["model"], mi.get("version", "")):
             return web.Response(status=200)
         return web.Response(body=error_body("Model version not ready"), status=400, content_type=JSON)
 

@@ -88,6 +88,8 @@ class Backend(ABC):
 
     #: whether execute() may return before every request has its final response (decoupled models)
     decoupled: bool = False
+    #: whether the model defines its own readiness check (is_ready() then asks it)
+    has_ready_fn: bool = False
     #: whether inputs in CUDA shared memory reach execute() as device arrays (cupy, no host copy) instead of
     #: numpy copies; read by the worker after initialize()
     device_inputs: bool = False
@@ -105,6 +107,10 @@ class Backend(ABC):
 
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Release resources before the worker exits."""
+
+    def is_ready(self) -> bool:
+        """The model's own readiness check (asked on every model-ready probe when has_ready_fn)."""
+        return True
 
     @classmethod
     def auto_complete(cls, config: dict[str, Any], model_dir: str, version_dir: str) -> dict[str, Any]:
