@@ -23,7 +23,7 @@ def main() -> int:
     if args.full:
         os.environ["TRIREME_RELIABILITY"] = "full"
     # imported after the environment is set: the length is read at import
-    from tests.reliability import fuzz, probes
+    from tests.reliability import fuzz, hostile, probes
     from tests.reliability.servers import build_repo, start, stop
     from tests.reliability.tally import FULL, Tally, scaled
 
@@ -41,6 +41,7 @@ def main() -> int:
         report("fuzz ModelStreamInfer", fuzz.fuzz_stream(target, 21, scaled(50, 300)))
         report("fuzz shared memory", fuzz.fuzz_shm(target, 22, scaled(30, 200)))
         report("fuzz HTTP bodies", fuzz.fuzz_http(target, 23, scaled(40, 300)))
+        report("hostile clients", hostile.fuzz_hostile(target, 24, scaled(1, 3)))
         report("100 MiB messages" if FULL else "16 MiB messages", probes.big_messages(target, scaled(16, 100)))
         report("idle and reset connections", probes.idle_connections(target, scaled(30, 300)))
         unread = probes.unread_streams(target, scaled(2, 5), scaled(2, 4), scaled(10, 40), scaled(1, 3))

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.reliability import fuzz, probes
+from tests.reliability import fuzz, hostile, probes
 from tests.reliability.tally import Tally, Target, scaled
 
 pytestmark = pytest.mark.reliability
@@ -36,6 +36,11 @@ def test_fuzz_shared_memory(target: Target, summary: Tally) -> None:
 
 def test_fuzz_http_bodies(target: Target, summary: Tally) -> None:
     _record(summary, fuzz.fuzz_http(target, seed=23, count=scaled(40, 300)), target)
+
+
+def test_hostile_clients(target: Target, summary: Tally) -> None:
+    """Shrunk and unlinked shm regions, huge versions, deep JSON, decompression bombs, chunk floods."""
+    _record(summary, hostile.fuzz_hostile(target, seed=24, rounds=scaled(1, 3)), target)
 
 
 def test_big_messages(target: Target, summary: Tally) -> None:
