@@ -1,15 +1,18 @@
-"""The server's command line: help for every flag, Triton flags we ignore parsed in both spellings."""
+"""The server's command line: help for every flag, Triton flags we ignore parsed in both spellings, unknown
+options refused, --version."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from service import TRIREME_VERSION, TRITON_VERSION, version_text
 from service.config.flags import IGNORED_TRITON_FLAGS, build_parser, parse_args
 from service.examples import missing_example_lines
 
@@ -51,16 +54,86 @@ def test_ignored_flags_parse_with_space_and_equals(caplog: pytest.LogCaptureFixt
             assert [r.getMessage() for r in caplog.records] == [f"ignoring unsupported option '{flag}=7'"]
 
 
-def test_bare_ignored_flag_and_unknown_flags(caplog: pytest.LogCaptureFixture) -> None:
+def test_bare_ignored_flag_warns_once(caplog: pytest.LogCaptureFixture) -> None:
     flag = _ignored_actions(build_parser())[0].option_strings[0]
     with caplog.at_level(logging.WARNING, logger="trireme.config"):
-        config = parse_args(["serve", flag, "--not-a-flag-anywhere", "5", "--other-unknown=x", "--id", "me"])
+        config = parse_args(["serve", flag, "--id", "me"])
     assert config.server_id == "me"
-    assert [r.getMessage() for r in caplog.records] == [
-        f"ignoring unsupported option '{flag}'",
-        "ignoring unsupported option '--not-a-flag-anywhere=5'",
-        "ignoring unsupported option '--other-unknown=x'",
-    ]
+    assert [r.getMessage() for r in caplog.records] == [f"ignoring unsupported option '{flag}'"]
+
+
+def _serve(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service", *argv], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--grpc-prot", "0"], "unrecognized option '--grpc-prot'; did you mean '--grpc-port'?"),
+        (["--http-prot=0"], "unrecognized option '--http-prot'; did you mean '--http-port'?"),
+        (["--allow-client-shmm=true"], "unrecognized option '--allow-client-shmm'; did you mean '--allow-client-shm'?"),
+        (["--not-a-flag-anywhere", "5"], "unrecognized option '--not-a-flag-anywhere' ("),
+        (["--id", "me", "stray"], "unexpected argument 'stray'"),
+    ],
+)
+def test_unknown_option_stops_the_server_naming_it(argv: list[str], message: str) -> None:
+    """A typo must not start a server on the defaults (issue 33): exit 1 as tritonserver, before any port opens."""
+    with pytest.raises(SystemExit) as excinfo:
+        parse_args(["serve", *argv])
+    assert excinfo.value.code == 1
+    out = _serve("serve", *argv)
+    assert out.returncode == 1
+    assert message in out.stderr
+    assert "Started" not in out.stderr + out.stdout
+
+
+def test_version_prints_and_exits() -> None:
+    for argv in (["--version"], ["serve", "--version"]):
+        out = _serve(*argv)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == version_text()
+        assert f"trireme {TRIREME_VERSION} " in out.stdout and TRITON_VERSION in out.stdout
+        assert "Started" not in out.stderr
+
+
+def test_package_version_matches_pyproject() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    assert f'version = "{TRIREME_VERSION}"' in text
+    assert TRITON_VERSION == "2.73.0"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--grpc-infer-thread-count=1"],
+            "invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128.",
+        ),
+        (["--grpc-infer-thread-count", "129"], "Must be in the range 2 to 128."),
+        (["--grpc-max-response-pool-size=0"], "Error: --grpc-max-response-pool-size must be greater than 0."),
+    ],
+)
+def test_grpc_pool_flags_validate_as_triton(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err
+    parse_args(["--grpc-infer-thread-count=128", "--grpc-max-response-pool-size", "1"])  # Triton's bounds pass
+
+
+def test_ignored_flags_are_listed_in_the_docs() -> None:
+    text = (ROOT / "docs" / "flags.md").read_text()
+    missing = [flag for flag in IGNORED_TRITON_FLAGS if f"`{flag}`" not in text]
+    assert missing == []
+    section = text.split("## Triton flags that are accepted and ignored")[1].split("\n## ")[0]
+    listed = re.findall(r"^\| `(--[a-z0-9-]+)` \|", section, re.M)
+    assert [f for f in listed if f not in IGNORED_TRITON_FLAGS] == []  # a flag made real leaves the table
+
+
+def test_client_shm_is_off_by_default() -> None:
+    assert parse_args([]).allow_client_shm is False
+    assert parse_args(["--allow-client-shm=true"]).allow_client_shm is True
 
 
 def test_real_flags_still_validate() -> None:
