@@ -78,14 +78,18 @@ def _serve(*argv: str) -> subprocess.CompletedProcess[str]:
         (["--id", "me", "stray"], "unexpected argument 'stray'"),
     ],
 )
-def test_unknown_option_stops_the_server_naming_it(argv: list[str], message: str) -> None:
-    """A typo must not start a server on the defaults (issue 33): exit 1 as tritonserver, before any port opens."""
+def test_unknown_option_is_refused_naming_it(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as excinfo:
         parse_args(["serve", *argv])
     assert excinfo.value.code == 1
-    out = _serve("serve", *argv)
+    assert message in capsys.readouterr().err
+
+
+def test_a_typo_stops_the_server_before_it_listens() -> None:
+    """A typo must not start a server on the defaults (issue 33): exit 1 as tritonserver, before any port opens."""
+    out = _serve("serve", "--grpc-prot", "0")
     assert out.returncode == 1
-    assert message in out.stderr
+    assert "unrecognized option '--grpc-prot'; did you mean '--grpc-port'?" in out.stderr
     assert "Started" not in out.stderr + out.stdout
 
 
@@ -129,6 +133,13 @@ def test_ignored_flags_are_listed_in_the_docs() -> None:
     section = text.split("## Triton flags that are accepted and ignored")[1].split("\n## ")[0]
     listed = re.findall(r"^\| `(--[a-z0-9-]+)` \|", section, re.M)
     assert [f for f in listed if f not in IGNORED_TRITON_FLAGS] == []  # a flag made real leaves the table
+
+
+def test_example_repository_is_served_without_flags() -> None:
+    config = parse_args([])
+    assert config.using_example_repository
+    assert Path(config.model_repositories[0]) == ROOT / "service" / "example_models"
+    assert (Path(config.model_repositories[0]) / "add_sub" / "config.pbtxt").is_file()
 
 
 def test_client_shm_is_off_by_default() -> None:
