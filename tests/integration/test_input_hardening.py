@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
@@ -122,6 +123,20 @@ def test_typed_contents_of_another_datatype_are_refused(stub: pb_grpc.GRPCInfere
             "failed to get model version from specified version string '\u0661' (details: only the ASCII digits 0-9 "
             "are allowed), version should be an integral value > 0",
         ),
+        # beyond int64 (Triton's stoll): 10,000 digits once answered INTERNAL from Python's int() digit limit
+        *(
+            (
+                v,
+                f"failed to get model version from specified version string '{v}' (details: stoll), version should "
+                "be an integral value > 0",
+            )
+            for v in ("9223372036854775808", "1" + "0" * 30)
+        ),
+        (
+            "9" * 10_000,
+            f"failed to get model version from specified version string '{'9' * 32}...(10000 digits)' (details: "
+            "stoll), version should be an integral value > 0",
+        ),
     ],
 )
 def test_versions_are_ascii_digits(stub: pb_grpc.GRPCInferenceServiceStub, version: str, message: str) -> None:
@@ -136,6 +151,20 @@ def test_versions_are_ascii_digits(stub: pb_grpc.GRPCInferenceServiceStub, versi
         err = _error(call)
         assert (err.code(), err.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
     assert stub.ModelInfer(_infer_request([1, 4], "1")).model_version == "1"
+
+
+@pytest.mark.parametrize("version", ["1" + "0" * 30, "9" * 4000])
+def test_huge_version_over_http_is_400(server: ServerProcess, version: str) -> None:
+    body = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [0, 1, 2, 3]}]}
+    for method, path, payload in (
+        ("POST", f"/v2/models/identity4/versions/{version}/infer", body),
+        ("GET", f"/v2/models/identity4/versions/{version}", None),
+        ("GET", f"/v2/models/identity4/versions/{version}/ready", None),
+    ):
+        r = requests.request(method, f"http://{server.http_url}{path}", json=payload, timeout=30)
+        assert r.status_code == 400, (path[:40], r.status_code, r.text[:200])
+        if method == "POST" or "ready" not in path:  # a ready probe answers with the status alone
+            assert "(details: stoll), version should be an integral value > 0" in r.json()["error"]
 
 
 def test_unparsable_bodies_are_invalid_argument_with_one_log_line(
