@@ -496,7 +496,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
     from service.core.observability.trace_settings import parse_trace_config
 
     try:
-        parse_trace_config(config.trace_config)
+        parse_trace_config(config.trace_config, warn=True)
     except ValueError as e:
         parser.error(f"--trace-config: {e}")
     if not config.model_repositories:
