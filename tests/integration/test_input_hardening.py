@@ -153,6 +153,17 @@ def test_versions_are_ascii_digits(stub: pb_grpc.GRPCInferenceServiceStub, versi
     assert stub.ModelInfer(_infer_request([1, 4], "1")).model_version == "1"
 
 
+def test_reserved_parameter_prefix_over_grpc(stub: pb_grpc.GRPCInferenceServiceStub) -> None:
+    msg = _infer_request([1, 4])
+    msg.parameters["triton_anything"].bool_param = True
+    err = _error(lambda: stub.ModelInfer(msg))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details() == (
+        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with "
+        "'triton_' are allowed: triton_enable_empty_final_response"
+    )
+
+
 @pytest.mark.parametrize("version", ["1" + "0" * 30, "9" * 4000])
 def test_huge_version_over_http_is_400(server: ServerProcess, version: str) -> None:
     body = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [0, 1, 2, 3]}]}
