@@ -211,7 +211,9 @@ class Server:
             cpu=config.allow_cpu_metrics, gpu=config.allow_gpu_metrics, gpu_count=self.repository.options.gpu_count
         )
         collectors: list[Collector] = [
-            CoreCollector(self.repository, self.metrics_config, sampler, self.engine.cache_gate is not None),
+            CoreCollector(
+                self.repository.ready_versions, self.metrics_config, sampler, self.engine.cache_gate is not None
+            ),
             self.custom_metrics,
         ]
         self.metrics = MetricsService(collectors, sampler, config.metrics_interval_ms)
