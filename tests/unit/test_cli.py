@@ -93,6 +93,36 @@ def test_a_typo_stops_the_server_before_it_listens() -> None:
     assert "Started" not in out.stderr + out.stdout
 
 
+# every option of tritonserver 2.73's parser (src/command_line_parser.cc): none may stop a Trireme server
+TRITON_FLAGS = re.findall(
+    r"\S+",
+    """
+help id exit-timeout-secs model-store model-repository exit-on-error disable-auto-complete-config strict-readiness
+model-control-mode repository-poll-secs load-model model-config-name model-load-thread-count model-load-retry-count
+model-namespacing enable-peer-access allow-http http-address http-port reuse-http-port http-header-forward-pattern
+http-thread-count http-restricted-api allow-grpc grpc-address grpc-port reuse-grpc-port grpc-header-forward-pattern
+grpc-infer-thread-count grpc-infer-allocation-pool-size grpc-max-response-pool-size grpc-use-ssl grpc-use-ssl-mutual
+grpc-server-cert grpc-server-key grpc-root-cert grpc-infer-response-compression-level grpc-keepalive-time
+grpc-keepalive-timeout grpc-keepalive-permit-without-calls grpc-http2-max-pings-without-data
+grpc-http2-min-recv-ping-interval-without-data grpc-http2-max-ping-strikes grpc-max-connection-age
+grpc-max-connection-age-grace grpc-restricted-protocol log-verbose log-info log-warning log-error log-format log-file
+allow-sagemaker sagemaker-port sagemaker-safe-port-range sagemaker-thread-count allow-vertex-ai vertex-ai-port
+vertex-ai-thread-count vertex-ai-default-model allow-metrics allow-gpu-metrics allow-cpu-metrics metrics-address
+metrics-port metrics-interval-ms metrics-config trace-config cache-config cache-directory rate-limit
+rate-limit-resource pinned-memory-pool-byte-size cuda-memory-pool-byte-size cuda-virtual-address-size
+min-supported-compute-capability buffer-manager-thread-count host-policy model-load-gpu-limit backend-directory
+backend-config repoagent-directory strict-model-config response-cache-byte-size trace-file trace-level trace-rate
+trace-count trace-log-frequency allow-client-shm http-max-input-size
+""",
+)
+
+
+def test_every_triton_flag_is_known() -> None:
+    """Unknown options stop the server, so each of Triton's own must be a real flag or an accepted-and-ignored one."""
+    known = set(build_parser()._option_string_actions)
+    assert [f for f in TRITON_FLAGS if f"--{f}" not in known] == []
+
+
 def test_version_prints_and_exits() -> None:
     for argv in (["--version"], ["serve", "--version"]):
         out = _serve(*argv)
