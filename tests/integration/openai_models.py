@@ -50,13 +50,17 @@ class TritonPythonModel:
 """
 
 
-def mock_llm(repo: Path, name: str = "mock_llm", step_seconds: float = 0.005, batching: bool = True) -> Path:
-    """The example mock_llm as `name`, with its step time (and without dynamic batching when not `batching`)."""
+def mock_llm(
+    repo: Path, name: str = "mock_llm", step_seconds: float = 0.005, batching: bool = True, inflight: bool = False
+) -> Path:
+    """The example mock_llm as `name`, with its step time, without dynamic batching when not `batching`, and
+    static batching (each execute generates its batch to the end) unless `inflight`."""
     target = repo / name
     shutil.copytree(EXAMPLE_REPO / "mock_llm", target)
     config = (target / "config.pbtxt").read_text()
     config = config.replace('name: "mock_llm"', f'name: "{name}"')
     config = config.replace('string_value: "0.01"', f'string_value: "{step_seconds}"')
+    config = config.replace('string_value: "true"', f'string_value: "{str(inflight).lower()}"')
     if not batching:
         config = config.replace("dynamic_batching { max_queue_delay_microseconds: 1000 }", "")
         config = config.replace("max_batch_size: 64", "max_batch_size: 0").replace("dims: [ 1 ]", "dims: [ 1, 1 ]")
@@ -66,11 +70,13 @@ def mock_llm(repo: Path, name: str = "mock_llm", step_seconds: float = 0.005, ba
 
 
 def build_repo(root: Path) -> Path:
-    """mock_llm, mock_llm_nobatch, mock_embedding and mock_fail (streams a word, then an error) in `root/repo`."""
+    """mock_llm (static batching), mock_llm_nobatch, mock_llm_inflight (in-flight batching), mock_embedding and
+    mock_fail (streams a word, then an error) in `root/repo`."""
     repo = root / "repo"
     repo.mkdir()
     mock_llm(repo)
     mock_llm(repo, "mock_llm_nobatch", batching=False)
+    mock_llm(repo, "mock_llm_inflight", inflight=True)
     write_model(
         repo,
         "mock_embedding",

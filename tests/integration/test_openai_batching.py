@@ -27,12 +27,13 @@ def _batch_sizes(server: ServerProcess, model: str) -> dict[int, int]:
     return {b["batch_size"]: b["compute_infer"]["count"] for b in stats["model_stats"][0]["batch_stats"]}
 
 
-def test_concurrent_streams_share_executions(server: tuple[ServerProcess, str]) -> None:
+@pytest.mark.parametrize("model", ["mock_llm", "mock_llm_inflight"])
+def test_concurrent_streams_share_executions(server: tuple[ServerProcess, str], model: str) -> None:
     prompts = [" ".join(f"r{i}w{k}" for k in range(20)) for i in range(8)]
 
     async def one(client: openai.AsyncOpenAI, prompt: str) -> tuple[str, int]:
         stream = await client.chat.completions.create(
-            model="mock_llm", messages=[{"role": "user", "content": prompt}], stream=True, max_tokens=100
+            model=model, messages=[{"role": "user", "content": prompt}], stream=True, max_tokens=100
         )
         parts = [c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content]
         return "".join(parts), len(parts)
@@ -48,7 +49,7 @@ def test_concurrent_streams_share_executions(server: tuple[ServerProcess, str]) 
     for prompt, (text, chunks) in zip(prompts, results, strict=True):
         assert text == f"user: {prompt}\nassistant:"  # each stream got its own tokens, in order
         assert chunks == 22  # one chunk per word: streamed, not sent at the end
-    sizes = _batch_sizes(server[0], "mock_llm")
+    sizes = _batch_sizes(server[0], model)
     assert sum(size * n for size, n in sizes.items()) == 8
     assert max(sizes) > 1, f"the model never saw a batch: {sizes}"
 

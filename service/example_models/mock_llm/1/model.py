@@ -2,13 +2,20 @@
 
 It follows the tensor contract of Triton's OpenAI front end (text_input, stream, max_tokens, stop_words, ...,
 text_output, num_input_tokens, num_output_tokens), is decoupled and uses dynamic batching: one execute() takes
-every request that arrived together and runs them in lock-step, each step sleeping `step_seconds` once for the
-whole batch and sending each streaming request its own next word. A request the client cancelled stops at the
-next step (is_cancelled()).
+every request that arrived together. Each decoding step sleeps `step_seconds` once for all the sequences it
+advances (as a GPU step costs about the same for 1 or 32 sequences) and sends each streaming request its own next
+word. A request the client cancelled stops at the next step (is_cancelled()).
+
+Two ways to run a batch (config parameter `inflight_batching`):
+* "false": execute() generates its batch to the end, then returns (static batching: requests that arrive
+  meanwhile wait for the next execute);
+* "true": execute() hands its batch to one background generation loop and returns at once; sequences of later
+  executes join the running loop at its next step (in-flight batching, as LLM engines do).
 """
 
 import json
 import re
+import threading
 import time
 
 import numpy as np
@@ -76,14 +83,47 @@ class _Sequence:
 
 class TritonPythonModel:
     def initialize(self, args):
-        config = json.loads(args["model_config"])
-        self.step_seconds = float(config["parameters"]["step_seconds"]["string_value"])
+        params = json.loads(args["model_config"])["parameters"]
+        self.step_seconds = float(params["step_seconds"]["string_value"])
+        self.inflight = params.get("inflight_batching", {}).get("string_value", "false").lower() == "true"
+        self._active = []  # in-flight mode: every sequence being generated, whichever execute brought it
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        if self.inflight:
+            self._loop = threading.Thread(target=self._generate_forever, daemon=True)
+            self._loop.start()
 
     def execute(self, requests):
         batch = [_Sequence(r) for r in requests]
-        while batch:
+        if self.inflight:  # hand the batch to the generation loop; execute returns at once
+            with self._lock:
+                self._active.extend(batch)
+                self._wake.set()
+            return None
+        while batch:  # the batch of this execute, in lock-step, until its last sequence ends
             time.sleep(self.step_seconds)  # one decoding step of the whole batch
             for seq in batch:
                 seq.step()
             batch = [s for s in batch if not s.done]
         return None
+
+    def _generate_forever(self):
+        """In-flight batching: one decoding step at a time over every active sequence; new ones join at once."""
+        while True:
+            self._wake.wait()
+            if self._stopping:
+                return
+            with self._lock:
+                batch = list(self._active)
+            time.sleep(self.step_seconds)
+            for seq in batch:
+                seq.step()
+            with self._lock:
+                self._active = [s for s in self._active if not s.done]
+                if not self._active:
+                    self._wake.clear()
+
+    def finalize(self):
+        self._stopping = True
+        self._wake.set()
