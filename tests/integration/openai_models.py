@@ -50,6 +50,44 @@ class TritonPythonModel:
 """
 
 
+VLLM_PY = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _get(request, name, default):
+    t = pb_utils.get_input_tensor_by_name(request, name)
+    return default if t is None else t.as_numpy().reshape(-1)[0]
+
+
+class TritonPythonModel:
+    \"\"\"vLLM's tensor format: the sampling fields arrive as JSON; answers the first max_tokens words of the prompt,
+    with vLLM-style logprobs when asked (the k-th word gets logprob -k/10).\"\"\"
+
+    def execute(self, requests):
+        for request in requests:
+            sampling = json.loads(_get(request, "sampling_parameters", b"{}"))
+            words = _get(request, "text_input", b"").decode().split()[: sampling["max_tokens"]]
+            outputs = [pb_utils.Tensor("text_output", np.array([" ".join(words).encode()], dtype=np.object_))]
+            if _get(request, "return_logprobs", False):
+                top = sampling.get("logprobs", 1)
+                logprobs = [
+                    {str(r): {"logprob": -k / 10 - r, "rank": r + 1, "decoded_token": w if r == 0 else f"alt{r}"}
+                     for r in range(top)}
+                    for k, w in enumerate(words)
+                ]
+                outputs.append(pb_utils.Tensor("logprobs", np.array([json.dumps(logprobs).encode()], dtype=np.object_)))
+            outputs.append(pb_utils.Tensor("num_input_tokens", np.array([len(words)], np.uint32)))
+            outputs.append(pb_utils.Tensor("num_output_tokens", np.array([len(words)], np.uint32)))
+            request.get_response_sender().send(
+                pb_utils.InferenceResponse(outputs), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+            )
+        return None
+"""
+
+
 def mock_llm(
     repo: Path, name: str = "mock_llm", step_seconds: float = 0.005, batching: bool = True, inflight: bool = False
 ) -> Path:
@@ -71,7 +109,7 @@ def mock_llm(
 
 def build_repo(root: Path) -> Path:
     """mock_llm (static batching), mock_llm_nobatch, mock_llm_inflight (in-flight batching), mock_embedding and
-    mock_fail (streams a word, then an error) in `root/repo`."""
+    mock_fail (streams a word, then an error), mock_vllm (vLLM's tensor format, logprobs) in `root/repo`."""
     repo = root / "repo"
     repo.mkdir()
     mock_llm(repo)
@@ -104,6 +142,33 @@ def build_repo(root: Path) -> Path:
         """,
         FAIL_PY,
     )
+    write_model(
+        repo,
+        "mock_vllm",
+        """
+        backend: "python"
+        max_batch_size: 0
+        model_transaction_policy { decoupled: true }
+        input [
+          { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+          { name: "stream" data_type: TYPE_BOOL dims: [ 1 ] },
+          { name: "sampling_parameters" data_type: TYPE_STRING dims: [ 1 ] },
+          { name: "exclude_input_in_output" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
+          { name: "return_logprobs" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
+          { name: "return_num_input_tokens" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
+          { name: "return_num_output_tokens" data_type: TYPE_BOOL dims: [ 1 ] optional: true }
+        ]
+        output [
+          { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] },
+          { name: "logprobs" data_type: TYPE_STRING dims: [ -1 ] },
+          { name: "num_input_tokens" data_type: TYPE_UINT32 dims: [ 1 ] },
+          { name: "num_output_tokens" data_type: TYPE_UINT32 dims: [ 1 ] }
+        ]
+        """,
+        VLLM_PY,
+    )
+    # LoRA adapters of mock_llm, as Triton lists them (served with --lora-separator)
+    (repo / "mock_llm" / "1" / "multi_lora.json").write_text(json.dumps({"doll": "adapters/doll"}))
     return repo
 
 

@@ -45,6 +45,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
         "--model-control-mode=explicit",
         "--load-model=mock_llm",
         "--load-model=mock_embedding",
+        "--load-model=mock_vllm",
+        "--lora-separator",
+        "_lora_",
         "--openai-restricted-api",
         "model-management",
         "admin-key",
@@ -61,7 +64,8 @@ def client(server: tuple[ServerProcess, str]) -> openai.OpenAI:
 
 def test_models_list_and_retrieve(client: openai.OpenAI) -> None:
     ids = sorted(m.id for m in client.models.list())
-    assert ids == ["mock_embedding", "mock_llm"]  # mock_llm_nobatch is not loaded (explicit mode)
+    # mock_llm_nobatch is not loaded (explicit mode); mock_llm's multi_lora.json lists the adapter 'doll'
+    assert ids == ["mock_embedding", "mock_llm", "mock_llm_lora_doll", "mock_vllm"]
     model = client.models.retrieve("mock_llm")
     assert model.id == "mock_llm" and model.object == "model"
     with pytest.raises(openai.NotFoundError) as e:
@@ -232,6 +236,32 @@ def test_load_unload_with_restricted_api(client: openai.OpenAI, server: tuple[Se
     assert r.json() == {"status": "success", "model": "mock_llm_nobatch"}
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="mock_llm_nobatch", messages=[{"role": "user", "content": "gone"}])
+
+
+def test_lora_selection(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(model="mock_llm_lora_doll", messages=[{"role": "user", "content": "lora"}])
+    assert out.model == "mock_llm_lora_doll" and out.choices[0].message.content == "lora"
+    with pytest.raises(openai.BadRequestError, match="Unknown LoRA: nope"):
+        client.chat.completions.create(model="mock_llm_lora_nope", messages=[{"role": "user", "content": "x"}])
+
+
+def test_vllm_format_with_logprobs(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model="mock_vllm",
+        messages=[{"role": "user", "content": "red green blue"}],
+        max_tokens=2,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    assert out.choices[0].message.content == "red green"
+    tokens = out.choices[0].logprobs.content
+    assert [(t.token, t.logprob) for t in tokens] == [("red", 0.0), ("green", -0.1)]
+    assert [a.token for a in tokens[1].top_logprobs] == ["green", "alt1"]
+    assert out.usage.completion_tokens == 2
+    text = client.completions.create(model="mock_vllm", prompt="cyan magenta", max_tokens=5, logprobs=1)
+    assert text.choices[0].text == "cyan magenta"
+    assert text.choices[0].logprobs.tokens == ["cyan", "magenta"]
+    assert text.choices[0].logprobs.text_offset == [0, 4]
 
 
 def test_health_and_metrics(client: openai.OpenAI, server: tuple[ServerProcess, str]) -> None:
