@@ -4,12 +4,13 @@ batching, a mock embedding model, and a tokenizer folder whose chat template is 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import EXAMPLE_REPO, ServerProcess, free_port, running_server, write_model
+from tests.conftest import EXAMPLE_REPO, ROOT, ServerProcess, free_port, running_server, write_model
 
 EMBEDDING_PY = """
 import numpy as np
@@ -109,7 +110,8 @@ def mock_llm(
 
 def build_repo(root: Path) -> Path:
     """mock_llm (static batching), mock_llm_nobatch, mock_llm_inflight (in-flight batching), mock_embedding and
-    mock_fail (streams a word, then an error), mock_vllm (vLLM's tensor format, logprobs) in `root/repo`."""
+    mock_fail (streams a word, then an error), mock_vllm (vLLM's tensor format, logprobs) and my_llm (the model of
+    docs/openai.md) in `root/repo`."""
     repo = root / "repo"
     repo.mkdir()
     mock_llm(repo)
@@ -167,9 +169,20 @@ def build_repo(root: Path) -> Path:
         """,
         VLLM_PY,
     )
+    docs_generator(repo)
     # LoRA adapters of mock_llm, as Triton lists them (served with --lora-separator)
     (repo / "mock_llm" / "1" / "multi_lora.json").write_text(json.dumps({"doll": "adapters/doll"}))
     return repo
+
+
+def docs_generator(repo: Path) -> None:
+    """docs/openai.md's "Serve your own generator" model, as `my_llm` (so the guide cannot rot)."""
+    text = (ROOT / "docs" / "openai.md").read_text()
+    section = text[text.index("## Serve your own generator") :]
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", section, re.S | re.M)
+    config = next(body for lang, body in blocks if 'backend: "python"' in body)
+    code = next(body for lang, body in blocks if lang == "python")
+    write_model(repo, "my_llm", config, code)
 
 
 def last_message_tokenizer(root: Path) -> Path:

@@ -79,3 +79,25 @@ def test_client_disconnect_cancels_the_request_in_the_model(server: tuple[Server
     start = time.monotonic()
     client.chat.completions.create(model="mock_llm", messages=[{"role": "user", "content": "after"}])
     assert time.monotonic() - start < 5.0
+
+
+def test_the_guide_model_streams_and_batches(server: tuple[ServerProcess, str]) -> None:
+    """docs/openai.md's own generator (my_llm): streamed, not streamed, max_tokens, batched."""
+    client = openai.OpenAI(base_url=server[1] + "/v1", api_key="unused", max_retries=0)
+    out = client.completions.create(model="my_llm", prompt="hello big world", max_tokens=2)
+    assert out.choices[0].text == "HELLO BIG "
+    stream = client.completions.create(model="my_llm", prompt="a b c", stream=True)
+    assert [c.choices[0].text for c in stream] == ["A ", "B ", "C ", ""]
+
+    async def run() -> list[str]:
+        aclient = openai.AsyncOpenAI(base_url=server[1] + "/v1", api_key="unused", max_retries=0)
+        try:
+            outs = await asyncio.gather(
+                *(aclient.completions.create(model="my_llm", prompt=f"p{i} q{i}") for i in range(6))
+            )
+            return [o.choices[0].text for o in outs]
+        finally:
+            await aclient.close()
+
+    assert asyncio.run(run()) == [f"P{i} Q{i} " for i in range(6)]
+    assert sum(size * n for size, n in _batch_sizes(server[0], "my_llm").items()) == 8
