@@ -82,12 +82,19 @@ def test_client_disconnect_cancels_the_request_in_the_model(server: tuple[Server
 
 
 def test_the_guide_model_streams_and_batches(server: tuple[ServerProcess, str]) -> None:
-    """docs/openai.md's own generator (my_llm): streamed, not streamed, max_tokens, batched."""
+    """docs/openai.md's own generator (my_llm): streamed or not, batched; it has no max_tokens or stop_words
+    input, so the front end applies them (and cancels the request in the model)."""
     client = openai.OpenAI(base_url=server[1] + "/v1", api_key="unused", max_retries=0)
     out = client.completions.create(model="my_llm", prompt="hello big world", max_tokens=2)
-    assert out.choices[0].text == "HELLO BIG "
+    assert (out.choices[0].text, out.choices[0].finish_reason) == ("HELLO BIG ", "length")
     stream = client.completions.create(model="my_llm", prompt="a b c", stream=True)
     assert [c.choices[0].text for c in stream] == ["A ", "B ", "C ", ""]
+    stopped = client.completions.create(model="my_llm", prompt="one two three four", stop=["THREE", "x"])
+    assert (stopped.choices[0].text, stopped.choices[0].finish_reason) == ("ONE TWO ", "stop")
+    chat = client.chat.completions.create(
+        model="my_llm", messages=[{"role": "user", "content": "hi there"}], stop="ASSISTANT", stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chat if c.choices) == "USER: HI THERE "
 
     async def run() -> list[str]:
         aclient = openai.AsyncOpenAI(base_url=server[1] + "/v1", api_key="unused", max_retries=0)
@@ -100,4 +107,4 @@ def test_the_guide_model_streams_and_batches(server: tuple[ServerProcess, str]) 
             await aclient.close()
 
     assert asyncio.run(run()) == [f"P{i} Q{i} " for i in range(6)]
-    assert sum(size * n for size, n in _batch_sizes(server[0], "my_llm").items()) == 8
+    assert sum(size * n for size, n in _batch_sizes(server[0], "my_llm").items()) == 10

@@ -10,6 +10,7 @@ import pytest
 
 from service.config.flags import parse_args
 from service.frontend.openai.errors import OpenAIError
+from service.frontend.openai.limits import Limits
 from service.frontend.openai.template import ChatTemplates, default_render
 from service.frontend.openai.tools import Llama3Parser, MistralParser
 
@@ -113,3 +114,18 @@ def test_openai_flags() -> None:
         parse_args(["--openai-restricted-api", "bogus", "k", "v"])
     with pytest.raises(SystemExit):
         parse_args(["--openai-restricted-api", "inference", "a", "b", "--openai-restricted-api", "inference", "c", "d"])
+
+
+def test_limits_stop_strings_and_max_tokens() -> None:
+    limits = Limits(["STOP", "END"], None)
+    assert limits.feed("hello S") == ("hello ", False)  # "S" may begin "STOP": held back
+    assert limits.feed("TO") == ("", False)
+    assert limits.feed("P and more") == ("", True)  # "STOP" complete: nothing after it
+    limits = Limits(["STOP"], None)
+    assert limits.feed("a ST") == ("a ", False)
+    assert limits.feed("AY") == ("STAY", False)  # not a stop after all: released
+    assert limits.flush() == ""
+    counted = Limits([], 2)
+    assert counted.feed("a") == ("a", False) and counted.feed("b") == ("b", True)
+    held = Limits(["XY"], 2)
+    assert held.feed("aX") == ("a", False) and held.feed("b") == ("Xb", True)  # max_tokens releases what is held

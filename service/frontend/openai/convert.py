@@ -9,6 +9,8 @@ The tensor contract is the one of Triton's OpenAI front end, so a model written 
 * vLLM format (a model with a `sampling_parameters` input): `text_input`, `stream`, `sampling_parameters` (the
   sampling fields as a JSON string), `exclude_input_in_output`, `return_logprobs`, `return_num_*_tokens`.
 
+A model without `stop_words` or `max_tokens` inputs gets those limits applied here (limits.py).
+
 Outputs: `text_output` BYTES (the new text of each response), optional `num_input_tokens`/`num_output_tokens`
 (usage; per response, summed over a stream) and `logprobs` (vLLM's JSON). Unlike Triton's front end, only the
 optional inputs the model declares are sent, each with the datatype and shape the model declares (a batched model
@@ -18,7 +20,7 @@ gets [1, ...]), so a minimal model needs only `text_input` (and `stream`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +28,7 @@ import numpy as np
 from service.core.engine import ModelMetadata, TensorMetadata
 from service.errors import invalid_arg
 from service.frontend.http.generate import fit_shape
+from service.frontend.openai.limits import Limits
 from service.types import InferRequest, InferResponse, InputTensor
 from shm.tensor import DATATYPE_TO_NUMPY, deserialize_bytes, element_count, serialize_bytes
 
@@ -85,8 +88,23 @@ class Contract:
         """Whether the model can be asked for logprobs (vLLM format with a `return_logprobs` input)."""
         return self.vllm and "return_logprobs" in self.inputs
 
+    def limits(self, params: GenerationParams) -> Limits | None:
+        """The stop strings and max_tokens this model does not apply itself (None: it applies both)."""
+        if self.vllm:
+            return None
+        stop = params.stop if "stop_words" not in self.inputs else []
+        max_chunks = params.max_tokens if self._counts_tokens_here else None
+        return Limits(stop, max_chunks) if stop or max_chunks is not None else None
+
+    @property
+    def _counts_tokens_here(self) -> bool:
+        # no max_tokens input, but a stream input: asked to stream, so every response is a token to count
+        return not self.vllm and "max_tokens" not in self.inputs and "stream" in self.inputs
+
     def request(self, params: GenerationParams, request_id: str) -> InferRequest:
         """The InferRequest for one choice."""
+        if self._counts_tokens_here and not params.stream:
+            params = replace(params, stream=True)  # the front end joins the pieces
         values = self._vllm(params) if self.vllm else self._trtllm(params)
         req = InferRequest(self.name, "", request_id)
         for name, value in values.items():

@@ -1,9 +1,11 @@
 """Runs the InferRequests of one OpenAI request (one per choice) through the engine and yields their chunks.
 
 Every response arrives on the event loop through the engine's callback; chunks of all choices come out in arrival
-order, tagged with their choice index. Leaving the iteration early (the client went away: the handler task is
-cancelled) cancels every unfinished request in the model, so a Python model sees `is_cancelled()`. The token
-metrics (time to first token, inter-token latency, tokens) are recorded here, per model.
+order, tagged with their choice index. Stop strings and max_tokens a model does not apply itself end a choice
+here (limits.py), which cancels its request in the model. Leaving the iteration early (the client went away:
+the handler task is cancelled) cancels every unfinished request in the model, so a Python model sees
+`is_cancelled()`. The token metrics (time to first token, inter-token latency, tokens) are recorded here, per
+model.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from service.core.engine import Engine
 from service.core.observability.llm_metrics import ModelTokenStats
 from service.core.repository.repository import ModelVersion
 from service.frontend.openai.convert import Chunk, Contract, GenerationParams, parse
+from service.frontend.openai.limits import Limits
 from service.types import InferRequest, InferResponse
 
 
@@ -30,14 +33,20 @@ class ChoiceState:
     reported_tokens: bool = False
     logprobs: list = field(default_factory=list)
     last_token_ns: int = 0
-    done: bool = False
+    closed: bool = False  # final response seen, or ended here (a limit, a client gone): later responses dropped
 
 
 class Generation:
     """The choices of one request in flight."""
 
     def __init__(
-        self, engine: Engine, model: str, requests: list[InferRequest], stats: ModelTokenStats, fanout: int = 1
+        self,
+        engine: Engine,
+        model: str,
+        requests: list[InferRequest],
+        stats: ModelTokenStats,
+        fanout: int = 1,
+        limits: list[Limits | None] | None = None,
     ) -> None:
         self.engine = engine
         self.fanout = fanout  # choices per prompt (n): they share one prompt in the usage
@@ -45,6 +54,7 @@ class Generation:
         self.requests = requests
         self.stats = stats
         self.choices = [ChoiceState() for _ in requests]
+        self.limits = limits or [None] * len(requests)
         self.start_ns = time.monotonic_ns()
         self._queue: asyncio.Queue[tuple[int, InferResponse]] = asyncio.Queue()
         self._versions: list[ModelVersion] = []
@@ -64,27 +74,38 @@ class Generation:
         put = self._queue.put_nowait
         return lambda response: put((index, response))
 
+    def _close(self, index: int, cancel: bool) -> None:
+        state = self.choices[index]
+        if not state.closed:
+            state.closed = True
+            self._open -= 1
+            if cancel:
+                self.engine.cancel(self.requests[index], self._versions[index])
+
     def cancel(self) -> None:
         """Stop every unfinished choice in the model (idempotent)."""
-        for index, mv in enumerate(self._versions):
-            if not self.choices[index].done:
-                self.choices[index].done = True
-                self.engine.cancel(self.requests[index], mv)
+        for index in range(len(self._versions)):
+            self._close(index, cancel=True)
 
     async def chunks(self) -> AsyncGenerator[tuple[int, Chunk], None]:
-        """(choice index, chunk) until every choice got its final response; raises a model error."""
+        """(choice index, chunk) until every choice ended; raises a model error."""
         try:
             while self._open:
                 index, response = await self._queue.get()
                 state = self.choices[index]
-                if response.final:
-                    self._open -= 1
-                    state.done = True
-                if response.null:
-                    if response.final:
-                        yield index, Chunk(final=True)
+                if state.closed or (response.null and not response.final):
                     continue
-                chunk = parse(response)
+                if response.final:
+                    self._close(index, cancel=False)
+                chunk = Chunk(final=True) if response.null else parse(response)
+                limits = self.limits[index]
+                if limits is not None:
+                    chunk.text, ended = limits.feed(chunk.text)
+                    if chunk.final:
+                        chunk.text += limits.flush()
+                    elif ended:  # a stop string or max_tokens: the model stops here
+                        chunk.final = True
+                        self._close(index, cancel=True)
                 self._record(state, chunk)
                 yield index, chunk
         finally:
@@ -128,11 +149,13 @@ class Generation:
 
 def launch(engine: Engine, contract: Contract, prompts: list[GenerationParams], n: int, prefix: str) -> Generation:
     """Start n choices per prompt (choice index = prompt * n + j); choice j > 0 gets seed + j when a seed is set."""
-    requests = []
+    requests, limits = [], []
     for p, params in enumerate(prompts):
         for j in range(n):
             choice = params if j == 0 or params.seed is None else replace(params, seed=params.seed + j)
             requests.append(contract.request(choice, f"{prefix}-{p * n + j}"))
-    generation = Generation(engine, contract.name, requests, engine.llm_metrics.model(contract.name), n)
+            limits.append(contract.limits(choice))
+    stats = engine.llm_metrics.model(contract.name)
+    generation = Generation(engine, contract.name, requests, stats, n, limits)
     generation.start()
     return generation
