@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import ROOT, ServerProcess, write_model
 
-if importlib.util.find_spec("torch") is None or not (ROOT / "service" / "workers" / "torch_backend.py").exists():
+if importlib.util.find_spec("torch") is None or not (ROOT / "service" / "worker" / "backends" / "pytorch.py").exists():
     pytest.skip("needs torch and the pytorch backend (service/worker/backends/pytorch.py)", allow_module_level=True)
 
 # the seed: a fixed output__0 of [1..8], and output__1 of fc_model_pt for input__0, fetched through BLS
