@@ -108,13 +108,18 @@ def mock_llm(
     return target
 
 
-def build_repo(root: Path) -> Path:
-    """mock_llm (static batching), mock_llm_nobatch, mock_llm_inflight (in-flight batching), mock_embedding and
-    mock_fail (streams a word, then an error), mock_vllm (vLLM's tensor format, logprobs) and my_llm (the model of
-    docs/openai.md) in `root/repo`."""
+ALL = ("mock_llm", "mock_llm_nobatch", "mock_llm_inflight", "mock_embedding", "mock_fail", "mock_vllm", "my_llm")
+
+
+def build_repo(root: Path, models: tuple[str, ...] = ALL) -> Path:
+    """`models` of: mock_llm (static batching; LoRA adapter 'doll'), mock_llm_nobatch, mock_llm_inflight (in-flight
+    batching), mock_embedding, mock_fail (streams a word, then an error), mock_vllm (vLLM's tensor format,
+    logprobs) and my_llm (the model of docs/openai.md), in `root/repo`."""
     repo = root / "repo"
     repo.mkdir()
     mock_llm(repo)
+    # LoRA adapters of mock_llm, as Triton lists them (served with --lora-separator)
+    (repo / "mock_llm" / "1" / "multi_lora.json").write_text(json.dumps({"doll": "adapters/doll"}))
     mock_llm(repo, "mock_llm_nobatch", batching=False)
     mock_llm(repo, "mock_llm_inflight", inflight=True)
     write_model(
@@ -170,8 +175,8 @@ def build_repo(root: Path) -> Path:
         VLLM_PY,
     )
     docs_generator(repo)
-    # LoRA adapters of mock_llm, as Triton lists them (served with --lora-separator)
-    (repo / "mock_llm" / "1" / "multi_lora.json").write_text(json.dumps({"doll": "adapters/doll"}))
+    for extra in set(ALL) - set(models):
+        shutil.rmtree(repo / extra)
     return repo
 
 
@@ -195,9 +200,11 @@ def last_message_tokenizer(root: Path) -> Path:
 
 
 @contextmanager
-def openai_server(root: Path, extra: list[str] | None = None) -> Iterator[tuple[ServerProcess, str]]:
-    """A server on build_repo's models with the OpenAI API on; yields (server, base URL of /v1)."""
+def openai_server(
+    root: Path, extra: list[str] | None = None, models: tuple[str, ...] = ALL
+) -> Iterator[tuple[ServerProcess, str]]:
+    """A server on build_repo's `models` with the OpenAI API on; yields (server, base URL of /v1)."""
     port = free_port()
     args = ["--openai-port", str(port), "--openai-address", "127.0.0.1", *(extra or [])]
-    with running_server([build_repo(root)], root / "server.log", args) as server:
+    with running_server([build_repo(root, models)], root / "server.log", args) as server:
         yield server, f"http://127.0.0.1:{port}"

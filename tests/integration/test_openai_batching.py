@@ -17,7 +17,7 @@ openai = pytest.importorskip("openai", reason="the openai client is not installe
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, str]]:
-    with openai_server(tmp_path_factory.mktemp("openai")) as s:
+    with openai_server(tmp_path_factory.mktemp("openai"), models=("mock_llm", "mock_llm_inflight", "my_llm")) as s:
         yield s
 
 

@@ -16,7 +16,9 @@ CHAT = {"model": "mock_llm", "messages": [{"role": "user", "content": "still ser
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with openai_server(tmp_path_factory.mktemp("openai"), [f"--http-max-input-size={LIMIT}"]) as (_, url):
+    root = tmp_path_factory.mktemp("openai")
+    models = ("mock_llm", "mock_embedding", "mock_fail")
+    with openai_server(root, [f"--http-max-input-size={LIMIT}"], models) as (_, url):
         yield url
 
 
