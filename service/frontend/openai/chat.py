@@ -128,10 +128,14 @@ async def chat_completions(ctx: Context, request: web.Request, body: bytes) -> w
     gen = launch(ctx.engine, target.contract, [params], req.n or 1, rid)
     head = {"id": rid, "created": int(time.time()), "model": req.model, "system_fingerprint": None}
     parsers = [ctx.tool_parser() if auto else None for _ in gen.requests]
-    if req.stream:
-        include_usage = req.stream_options is not None and req.stream_options.include_usage
-        return await _stream(request, gen, head, named, parsers, max_tokens, req.top_logprobs or 0, include_usage)
-    return await _whole(gen, head, named, parsers, max_tokens, req.top_logprobs or 0)
+    top = req.top_logprobs or 0
+    try:
+        if req.stream:
+            include_usage = req.stream_options is not None and req.stream_options.include_usage
+            return await _stream(request, gen, head, named, parsers, max_tokens, top, include_usage)
+        return await _whole(gen, head, named, parsers, max_tokens, top)
+    finally:
+        gen.cancel()  # whatever did not finish (an error, the client gone) stops in the model
 
 
 def _function_json(tool: Any) -> dict[str, Any]:
@@ -234,6 +238,8 @@ async def _stream(
                         if calls:
                             await stream.send(delta(i, {"tool_calls": [c.as_json(k) for k, c in enumerate(calls)]}))
                     await stream.send(delta(i, {}, _finish(gen, i, max_tokens, bool(calls))))
+    except ConnectionResetError:  # the client went away: nobody to tell
+        raise
     except Exception as e:
         if stream.response is None:
             return error_response(e)

@@ -83,10 +83,13 @@ async def completions(ctx: Context, request: web.Request, body: bytes) -> web.St
     echo = [p if req.echo and not model_echoes else "" for p in prompts for _ in range(n)]
     head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": req.model}
     head["system_fingerprint"] = None
-    if req.stream:
-        include_usage = req.stream_options is not None and req.stream_options.include_usage
-        return await _stream(request, gen, head, echo, max_tokens, include_usage)
-    return await _whole(gen, head, echo, max_tokens)
+    try:
+        if req.stream:
+            include_usage = req.stream_options is not None and req.stream_options.include_usage
+            return await _stream(request, gen, head, echo, max_tokens, include_usage)
+        return await _whole(gen, head, echo, max_tokens)
+    finally:
+        gen.cancel()  # whatever did not finish (an error, the client gone) stops in the model
 
 
 def _finish(gen: Generation, index: int, max_tokens: int) -> str:
@@ -130,6 +133,8 @@ async def _stream(
                     await stream.send(event(i, chunk.text, None, logprobs))
                 if chunk.final:
                     await stream.send(event(i, "", _finish(gen, i, max_tokens)))
+    except ConnectionResetError:  # the client went away: nobody to tell
+        raise
     except Exception as e:
         if stream.response is None:
             return error_response(e)

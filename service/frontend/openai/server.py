@@ -69,6 +69,8 @@ class OpenAIFrontend:
                 return error_response(OpenAIError(401, message, "invalid_auth"))
             try:
                 return await handler(request)
+            except ConnectionResetError:  # the client went away mid-answer: nothing to send
+                return web.Response(status=499)
             except Exception as e:
                 return error_response(e)
 
