@@ -114,7 +114,7 @@ ALL = ("mock_llm", "mock_llm_nobatch", "mock_llm_inflight", "mock_embedding", "m
 def build_repo(root: Path, models: tuple[str, ...] = ALL) -> Path:
     """`models` of: mock_llm (static batching; LoRA adapter 'doll'), mock_llm_nobatch, mock_llm_inflight (in-flight
     batching), mock_embedding, mock_fail (streams a word, then an error), mock_vllm (vLLM's tensor format,
-    logprobs) and my_llm (the model of docs/openai.md), in `root/repo`."""
+    logprobs, its own chat template) and my_llm (the model of docs/openai.md), in `root/repo`."""
     repo = root / "repo"
     repo.mkdir()
     mock_llm(repo)
@@ -173,6 +173,10 @@ def build_repo(root: Path, models: tuple[str, ...] = ALL) -> Path:
         ]
         """,
         VLLM_PY,
+    )
+    # mock_vllm brings its own chat template (it wins over --tokenizer): the messages' contents, upper case
+    (repo / "mock_vllm" / "chat_template.jinja").write_text(
+        "{% for m in messages %}{{ m.content | upper }}{% endfor %}"
     )
     docs_generator(repo)
     for extra in set(ALL) - set(models):

