@@ -37,11 +37,9 @@ class Template:
             raise ValueError(f"the chat template of {origin} does not compile: {e}") from None
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-        from jinja2 import TemplateError
-
         try:
             return self._compiled.render(messages=messages, tools=tools, add_generation_prompt=True, **self.tokens)
-        except TemplateError as e:
+        except Exception as e:  # raise_exception(), or messages the template cannot take: the request's fault
             raise bad_request(f"the chat template ({self.origin}) failed: {e}", "messages") from None
 
 
