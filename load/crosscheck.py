@@ -106,7 +106,7 @@ def format_table(url: str, model: str, how: str, rows: Sequence[Row]) -> str:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point of `trireme-perf crosscheck`."""
-    from load.__main__ import guarded
+    from load.cli import guarded
 
     p = argparse.ArgumentParser(prog="trireme-perf crosscheck", description="trireme-perf vs perf_analyzer")
     where = p.add_mutually_exclusive_group(required=True)

@@ -234,7 +234,9 @@ class Server:
     def _collectors(self) -> list[Collector]:
         """What /metrics renders (the metrics port and the OpenAI port's /metrics alike)."""
         return [
-            CoreCollector(self.repository, self.metrics_config, self.sampler, self.engine.cache_gate is not None),
+            CoreCollector(
+                self.repository.ready_versions, self.metrics_config, self.sampler, self.engine.cache_gate is not None
+            ),
             self.custom_metrics,
             self.engine.llm_metrics,
         ]

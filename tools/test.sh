@@ -28,6 +28,9 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# the layer rule (pyproject.toml [tool.importlinter]) and no import circles (docs/architecture.md)
+.venv/bin/lint-imports
+.venv/bin/python tools/check_cycles.py
 # the container image: built and smoke-tested when a container engine works here (else one "SKIPPED" line);
 # TRIREME_IMAGE_TEST=0 turns it off; bounded by TRIREME_IMAGE_TIMEOUT seconds (a cold layer cache can need more:
 # then it says so and does not fail the run)

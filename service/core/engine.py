@@ -13,14 +13,16 @@ from service import __version__
 from service.core.observability import trace_hooks
 from service.core.observability.llm_metrics import LlmMetrics
 from service.core.observability.log_settings import LogSettings
+from service.core.observability.otel_export import OtelExporter
 from service.core.observability.stats import ModelStats
 from service.core.observability.trace_settings import OtelSettings, TraceSettings
 from service.core.observability.tracer import Tracer
 from service.core.pipeline.admission import Admission
 from service.core.pipeline.cache_gate import CacheGate
 from service.core.pipeline.classification import classify, load_labels
-from service.core.pipeline.validation import check_model_name, parse_version, validate_request
+from service.core.pipeline.validation import check_model_name, validate_request
 from service.core.repository.repository import READY, ModelRepository, ModelVersion
+from service.core.repository.signature import parse_version
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, ResponseCallback, ShmRef
 from shm.errors import ShmError
@@ -106,7 +108,7 @@ class Engine:
 
     def configure_tracing(self, settings: TraceSettings, otel: OtelSettings) -> None:
         """Trace requests as --trace-config says (tracing is off until then)."""
-        self.tracer = Tracer(settings, otel, known_model=self.tracer.known_model)
+        self.tracer = Tracer(settings, otel, known_model=self.tracer.known_model, make_exporter=OtelExporter)
 
     def enable_response_cache(self, budget_bytes: int) -> None:
         """Answer repeated requests of models with `response_cache { enable: true }` from a local cache."""

@@ -119,8 +119,12 @@ class Tracer:
         settings: TraceSettings,
         otel: OtelSettings | None = None,
         known_model: Callable[[str], bool] = lambda name: True,
+        make_exporter: Callable[[OtelSettings], Any] | None = None,
     ) -> None:
         self.global_settings = settings
+        # builds the OpenTelemetry exporter on first use (mode opentelemetry); passed in (otel_export.OtelExporter)
+        # because that module reads Trace trees from here
+        self.make_exporter = make_exporter
         self.otel_settings = otel or OtelSettings()
         self._overrides: dict[str, dict[str, list[str]]] = {}
         self._model_settings: dict[str, TraceSettings] = {}
@@ -258,9 +262,9 @@ class Tracer:
 
     def _exporter(self) -> Any:
         if self._otel is None:
-            from service.core.observability.otel_export import OtelExporter
-
-            self._otel = OtelExporter(self.otel_settings)
+            if self.make_exporter is None:
+                raise ServiceError(ErrorCode.UNSUPPORTED, "opentelemetry tracing needs an exporter")
+            self._otel = self.make_exporter(self.otel_settings)
         return self._otel
 
     def close(self) -> None:
