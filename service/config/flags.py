@@ -20,7 +20,8 @@ from service.config.security import (
 
 log = logging.getLogger("trireme.config")
 
-EXAMPLE_REPOSITORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example_models")
+# service/example_models (this file is service/config/flags.py)
+EXAMPLE_REPOSITORY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "example_models")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 

@@ -129,3 +129,9 @@ def test_limits_stop_strings_and_max_tokens() -> None:
     assert counted.feed("a") == ("a", False) and counted.feed("b") == ("b", True)
     held = Limits(["XY"], 2)
     assert held.feed("aX") == ("a", False) and held.feed("b") == ("Xb", True)  # max_tokens releases what is held
+
+
+def test_no_repository_serves_the_example_repository() -> None:
+    config = parse_args(["--openai-port", "0"])
+    assert config.using_example_repository
+    assert Path(config.model_repositories[0], "mock_llm", "config.pbtxt").is_file()
