@@ -14,8 +14,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 step "pip: upgrading pip in .venv"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-step "pip: Trireme with the dev and plot extras (pytest, ruff, mypy, tritonclient, matplotlib, ...)"
-.venv/bin/python -m pip install -q -e ".[dev,plot]"
+step "pip: Trireme with the dev, plot and openai extras (pytest, ruff, mypy, tritonclient, matplotlib, ...)"
+.venv/bin/python -m pip install -q -e ".[dev,plot,openai]"
 # optional framework backends: the CPU torch wheel (never a CUDA build from the index) and onnxruntime
 step "pip: torch (CPU build) for the pytorch backend tests"
 .venv/bin/python -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
