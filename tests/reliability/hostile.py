@@ -216,8 +216,8 @@ def chunk_floods(target: Target, tally: Tally, rng: random.Random) -> None:
     def endless_size_line(s: socket.socket) -> None:
         s.sendall(b"f" * (1 << 20))  # a chunk-size line that never ends
 
-    def extensions(s: socket.socket) -> None:
-        s.sendall(b"1;" + b"x=y;" * 50_000 + b"\r\n \r\n0\r\n\r\n")
+    def extensions(s: socket.socket) -> None:  # malformed (a trailing ';'), small enough to arrive in one read
+        s.sendall(b"1;" + b"x=y;" * 1000 + b"\r\n \r\n0\r\n\r\n")
 
     for parts in (tiny_chunks, endless_size_line, extensions):
         tally.cases += 1
@@ -226,6 +226,20 @@ def chunk_floods(target: Target, tally: Tally, rng: random.Random) -> None:
 
 GROUPS = [shrunk_regions, unlinked_regions, huge_versions, deep_json, decompression_bombs, chunk_floods]
 HTTP_GROUPS = {deep_json, decompression_bombs, chunk_floods}
+
+
+def split_malformed_chunk(target: Target, tally: Tally, rng: random.Random) -> None:
+    """A malformed chunk extension of 200 KB: it arrives in several reads, after the request's handler started."""
+    head = (
+        f"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: {target.http_url}\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+
+    def extensions(s: socket.socket) -> None:
+        s.sendall(b"1;" + b"x=y;" * 50_000 + b"\r\n \r\n0\r\n\r\n")
+
+    tally.cases += 1
+    _raw_http(target, tally, head, extensions)
 
 
 def fuzz_hostile(target: Target, seed: int, rounds: int = 1, only: list[str] | None = None) -> Tally:

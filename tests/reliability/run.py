@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import tempfile
 from pathlib import Path
@@ -42,6 +43,9 @@ def main() -> int:
         report("fuzz shared memory", fuzz.fuzz_shm(target, 22, scaled(30, 200)))
         report("fuzz HTTP bodies", fuzz.fuzz_http(target, 23, scaled(40, 300)))
         report("hostile clients", hostile.fuzz_hostile(target, 24, scaled(1, 3)))
+        split = Tally()
+        hostile.split_malformed_chunk(target, split, random.Random(25))
+        report("malformed chunk split across reads", split)
         report("100 MiB messages" if FULL else "16 MiB messages", probes.big_messages(target, scaled(16, 100)))
         report("idle and reset connections", probes.idle_connections(target, scaled(30, 300)))
         unread = probes.unread_streams(target, scaled(2, 5), scaled(2, 4), scaled(10, 40), scaled(1, 3))

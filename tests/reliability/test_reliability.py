@@ -74,6 +74,20 @@ def test_soak(target: Target, summary: Tally) -> None:
     assert tally.rss_growth < 64 * 2**20, tally.line("soak")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by the suite, not fixed: aiohttp does not fail the body of a request whose handler already "
+    "started when a later read of it does not parse (a malformed chunk extension split across reads): the "
+    "request waits until the client goes away (docs/reliability.md)",
+)
+def test_malformed_chunk_split_across_reads(target: Target, summary: Tally) -> None:
+    import random
+
+    tally = Tally()
+    hostile.split_malformed_chunk(target, tally, random.Random(25))
+    assert tally.hangs == 0, tally.examples
+
+
 def test_sigterm_drains_in_flight_requests(target: Target, summary: Tally) -> None:
     """Last: it stops the module's server (a fresh one when run alone)."""
     tally, status = probes.drain_on_sigterm(lambda: target)

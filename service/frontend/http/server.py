@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
+from aiohttp.web_protocol import RequestPayloadError
 
 from service.config.security import RestrictedApi
 from service.core.engine import Engine
@@ -37,7 +38,10 @@ def _one_line_for_bad_requests(record: logging.LogRecord) -> bool:
     smuggle a second request) is answered 400 with the parser's reason; log that reason in one line, without the
     traceback aiohttp attaches."""
     exc = record.exc_info[1] if record.exc_info else None
-    if isinstance(exc, BadHttpMessage):
+    if isinstance(exc, RequestPayloadError):  # the rest of an answered request's body does not decode
+        record.msg, record.args = "dropped an undecodable HTTP request body: %s", (" ".join(str(exc).split()),)
+        record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.WARNING, "WARNING"
+    elif isinstance(exc, BadHttpMessage):
         record.msg, record.args = "refused a malformed HTTP request: %s", (" ".join(str(exc.message).split()),)
         record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.WARNING, "WARNING"
     return True
@@ -114,6 +118,8 @@ class HttpFrontend:
                 return web.Response(body=error_body(message), status=403, content_type=JSON)
             try:
                 return await handler(request)
+            except ConnectionResetError:  # the client went away while its body was read: nobody to answer
+                return web.Response(body=error_body("client closed the connection"), status=400, content_type=JSON)
             except Exception as e:
                 return error_response(e)
 
