@@ -42,10 +42,6 @@ def main() -> int:
         report("fuzz ModelStreamInfer", fuzz.fuzz_stream(target, 21, scaled(50, 300)))
         report("fuzz shared memory", fuzz.fuzz_shm(target, 22, scaled(30, 200)))
         report("fuzz HTTP bodies", fuzz.fuzz_http(target, 23, scaled(40, 300)))
-        report("hostile clients", hostile.fuzz_hostile(target, 24, scaled(1, 3)))
-        split = Tally()
-        hostile.split_malformed_chunk(target, split, random.Random(25))
-        report("malformed chunk split across reads", split)
         report("100 MiB messages" if FULL else "16 MiB messages", probes.big_messages(target, scaled(16, 100)))
         report("idle and reset connections", probes.idle_connections(target, scaled(30, 300)))
         unread = probes.unread_streams(target, scaled(2, 5), scaled(2, 4), scaled(10, 40), scaled(1, 3))
@@ -57,6 +53,23 @@ def main() -> int:
         report("SIGTERM drain", drain, f" (exit status {status})")
     finally:
         stop(target)
+    # hostile clients last, one group at a time, on a server of their own: a server one of them kills (Triton
+    # 2.51 dies on a shrunk region and on deep JSON) is replaced before the next group
+    hostile_target = start(args.server, repo, tmp / "hostile.log")
+    try:
+        for group in [*hostile.GROUPS, hostile.split_malformed_chunk]:
+            if not hostile_target.alive():
+                stop(hostile_target)
+                hostile_target = start(args.server, repo, tmp / f"hostile-{group.__name__}.log")
+            if group is hostile.split_malformed_chunk:
+                tally = Tally()
+                group(hostile_target, tally, random.Random(25))
+            else:
+                tally = hostile.fuzz_hostile(hostile_target, 24, scaled(1, 3), only=[group.__name__])
+            examples = {k: v[:160] for k, v in tally.examples.items() if k != "OK"}
+            report(f"hostile: {group.__name__}", tally, f"  examples {examples}")
+    finally:
+        stop(hostile_target)
     length = "full" if FULL else "short"
     print(total.line(f"reliability ({args.server}, {length})"))
     print(f"server log: {target.log}", file=sys.stderr)
