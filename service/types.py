@@ -26,6 +26,7 @@ class ShmRef:
     byte_size: int
     device_id: int = 0
     raw_handle: bytes = b""
+    path: str = ""  # system: opens the registered object even if its key was unlinked (ResolvedRegion.path)
 
 
 @dataclass(slots=True)

@@ -129,7 +129,7 @@ class SharedMemoryRegistry:
                     f"{exc.strerror or exc}",
                 ) from None
             region_id = next(self._ids)
-            resolved = ResolvedRegion(name, "system", key, offset, byte_size, -1, b"", region_id)
+            resolved = ResolvedRegion(name, "system", key, offset, byte_size, -1, b"", region_id, region.fd_path)
             self._add(_Entry(resolved, region, None))
 
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
@@ -258,6 +258,7 @@ class SharedMemoryRegistry:
             region.device_id,
             region.raw_handle,
             region.region_id,
+            region.path,
         )
 
     def acquire(self, resolved: ResolvedRegion) -> None:

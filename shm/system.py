@@ -170,6 +170,12 @@ class SystemRegion:
         return self._key
 
     @property
+    def fd_path(self) -> str:
+        """A path that opens this very segment from any process of this user while the region is open (the
+        descriptor it keeps, through /proc), even after its key was unlinked; "" when it keeps none."""
+        return f"/proc/{os.getpid()}/fd/{self._fd}" if self._fd >= 0 else ""
+
+    @property
     def offset(self) -> int:
         """Offset of this window inside the segment."""
         return self._offset

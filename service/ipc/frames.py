@@ -35,6 +35,7 @@ class TensorMsg(msgspec.Struct, array_like=True, omit_defaults=True):
     key: str = ""  # client segment key (system) or "" (cuda)
     handle: bytes = b""  # cudaIpcMemHandle_t for cuda regions
     device: int = 0
+    path: str = ""  # system: where to open the registered segment (the key may be unlinked); "" = /dev/shm/key
 
 
 class OutputSpec(msgspec.Struct, array_like=True, omit_defaults=True):

@@ -36,7 +36,7 @@ class ClientSegments:
         self._maps: dict[str, tuple[int, int, mmap.mmap, int]] = {}
         self._lock = threading.Lock()
 
-    def buffer(self, key: str, offset: int, nbytes: int) -> memoryview:
+    def buffer(self, key: str, offset: int, nbytes: int, path: str = "") -> memoryview:
         """The whole segment `key` as a writable memoryview, checked to hold [offset, offset + nbytes) now.
 
         A segment is mapped once and kept until the server says it was unregistered (ipc.Unmap), as Triton keeps
@@ -52,7 +52,8 @@ class ClientSegments:
                 check_extent(cached[3], key, offset, nbytes)
                 if cached[1] >= need:
                     return memoryview(cached[2])
-        path = "/dev/shm/" + key.lstrip("/")
+        # the server's path opens the object it registered even if the client unlinked the key since
+        path = path or "/dev/shm/" + key.lstrip("/")
         try:
             fd = os.open(path, os.O_RDWR)
         except FileNotFoundError:
@@ -229,7 +230,7 @@ class WorkerChannel:
             assert self.in_arena is not None
             return raw_to_numpy(self.in_arena.buffer[t.offset : t.offset + t.nbytes], t.datatype, t.shape)
         if t.where == ipc.WHERE_SYSTEM_SHM:
-            buf = self.client_segments.buffer(t.key, t.offset, t.nbytes)
+            buf = self.client_segments.buffer(t.key, t.offset, t.nbytes, t.path)
             return raw_to_numpy(buf[t.offset : t.offset + t.nbytes], t.datatype, t.shape)
         region = self.client_cuda.region(t.handle, t.device, t.offset + t.nbytes)
         if self.gpu_inputs and t.datatype != "BYTES":
@@ -249,7 +250,7 @@ class WorkerChannel:
                 region = self.client_cuda.region(target.handle, target.device, target.offset + target.nbytes)
                 region.write(target.offset, raw)
                 return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_CUDA_SHM, nbytes=nbytes)
-            buf = self.client_segments.buffer(target.key, target.offset, nbytes)
+            buf = self.client_segments.buffer(target.key, target.offset, nbytes, target.path)
             buf[target.offset : target.offset + nbytes] = raw
             return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_SYSTEM_SHM, nbytes=nbytes)
         if nbytes <= ipc.INLINE_LIMIT:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import time
 import uuid
@@ -451,3 +452,25 @@ def test_truncated_region_is_refused_and_nothing_dies(
     assert server.proc.poll() is None
     assert sorted(server.worker_pids()) == workers
     client.unregister_system_shared_memory("shrunk")
+
+
+def test_a_region_whose_key_was_unlinked_keeps_serving(
+    server: ServerProcess, client: grpcclient.InferenceServerClient
+) -> None:
+    """Create, register, unlink (so nothing leaks if the client dies): Triton keeps serving the region, as the
+    server mapped it; so must the worker, which maps it later (it opens the object the server registered)."""
+    key = f"/trireme_test_{uuid.uuid4().hex[:12]}"
+    handle = shm.create_shared_memory_region(key.lstrip("/"), key, 64)
+    try:
+        shm.set_shared_memory_region(handle, [np.arange(4, dtype=np.float32)])
+        client.register_system_shared_memory("unlinked", key, 64)
+        os.unlink(f"/dev/shm/{key.lstrip('/')}")
+        b = grpcclient.InferInput("INPUT1", [4], "FP32")
+        b.set_data_from_numpy(np.ones(4, np.float32))
+        inputs = [shm_input("INPUT0", [4], "FP32", "unlinked", 16), b]
+        client.infer("add_sub", inputs, outputs=[shm_output("OUTPUT0", "unlinked", 16, offset=32)])
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [4], offset=32), np.arange(4) + 1)
+        client.unregister_system_shared_memory("unlinked")
+    finally:
+        with contextlib.suppress(Exception):
+            shm.destroy_shared_memory_region(handle)

@@ -27,6 +27,7 @@ from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.http import admin as http_admin
 from service.frontend.http import codec
 from service.frontend.http import generate as http_generate
+from service.frontend.http.protocol import use_failing_payloads
 from service.frontend.http.util import JSON, compress_if_asked, error_body, error_response, json_response, read_body
 from service.types import InferRequest, InferResponse
 
@@ -120,6 +121,8 @@ class HttpFrontend:
                 return await handler(request)
             except ConnectionResetError:  # the client went away while its body was read: nobody to answer
                 return web.Response(body=error_body("client closed the connection"), status=400, content_type=JSON)
+            except RequestPayloadError as e:  # the body stopped parsing after the handler started
+                return web.Response(body=error_body(f"malformed HTTP request body: {e}"), status=400, content_type=JSON)
             except Exception as e:
                 return error_response(e)
 
@@ -140,6 +143,7 @@ class HttpFrontend:
             self.build_app(), access_log=None, handle_signals=False, shutdown_timeout=opts.shutdown_timeout_s
         )
         await self._runner.setup()
+        use_failing_payloads(self._runner)
         await web.SockSite(self._runner, sock, backlog=1024, ssl_context=opts.ssl_context).start()
         self.port = int(sock.getsockname()[1])
         return self.port
