@@ -117,6 +117,11 @@ def _load_treelite(path: str, model_type: str, threads: int, legacy_xgboost: boo
     except Exception as e:
         raise BackendError(f"Treelite could not read '{path}' as model_type '{model_type}': {e}") from None
 
+    try:  # Treelite refuses more threads than OpenMP allows here (OMP_NUM_THREADS); <= 0 means "all it may use"
+        gtil.predict(model, np.zeros((1, model.num_feature), np.float32), nthread=threads)
+    except Exception:
+        threads = -1
+
     def predict(x: np.ndarray) -> np.ndarray:
         out = np.asarray(gtil.predict(model, x, nthread=threads))  # (rows, targets, classes)
         return out.reshape(out.shape[0], -1)
