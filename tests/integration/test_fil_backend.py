@@ -16,11 +16,11 @@ import pytest
 
 xgb = pytest.importorskip("xgboost", reason="the fil extra (xgboost) is not installed")
 lgb = pytest.importorskip("lightgbm", reason="the fil extra (lightgbm) is not installed")
-treelite = pytest.importorskip("treelite", reason="the fil extra (treelite) is not installed")
+pytest.importorskip("treelite", reason="the fil extra (treelite) is not installed")
 pytest.importorskip("sklearn", reason="scikit-learn is not installed")
 
-import tritonclient.grpc as grpcclient  # noqa: E402
 import treelite.sklearn  # noqa: E402
+import tritonclient.grpc as grpcclient  # noqa: E402
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor  # noqa: E402
 
 from tests.compat.test_perf_analyzer_stream import PERF_ANALYZER  # noqa: E402
