@@ -177,7 +177,10 @@ class FilBackend(BatchingBackend):
         except (BackendError, ValueError) as e:
             raise self._fail(str(e)) from None
         if threads <= 0:
-            threads = default_thread_count(config)
+            # FIL's -1 ("all"): what OpenMP may use in this worker. Trireme starts workers with OMP_NUM_THREADS=1
+            # unless the server's environment sets it: on a busy machine a second OpenMP thread that spins at
+            # barriers made LightGBM 20-50x slower per small batch here (docs/benchmarks.md)
+            threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or default_thread_count(config)
         filename = config.get("default_model_filename", "") or MODEL_FILES[model_type]
         path = os.path.join(ctx.version_dir, filename)
         if os.path.isdir(path):
