@@ -145,7 +145,8 @@ class OnnxBackend(BatchingBackend):
             if route == "runtime":  # no OpenVINO EP in this onnxruntime: OpenVINO runs the whole ONNX model
                 from service.worker.backends.openvino import OpenVINOModel, properties
 
-                self.openvino = OpenVINOModel(path, ctx.model_name, properties(config), self.max_batch_size)
+                props = {**properties(config), "INFERENCE_NUM_THREADS": options.intra_op_num_threads}
+                self.openvino = OpenVINOModel(path, ctx.model_name, props, self.max_batch_size)
                 log.info(
                     "model '%s': the OpenVINO runtime compiled the ONNX model (openvino accelerator)", ctx.model_name
                 )
