@@ -185,6 +185,14 @@ def fil(tmp_path_factory: pytest.TempPathFactory) -> Any:
         predict_proba="true",
     )
     _write(repo, "bad_class", {"model.txt": lb.booster_.save_model}, model_type="lightgbm")
+    _write(
+        repo,
+        "bad_threshold",
+        {"model.txt": lb.booster_.save_model},
+        model_type="lightgbm",
+        is_classifier="true",
+        threshold="high",
+    )
     with running_server([repo], tmp / "server.log", ["--exit-on-error=false"]) as server:
         yield server, refs
 
@@ -245,6 +253,7 @@ def test_fil_bad_models_fail_their_own_load(fil: Any) -> None:
         "bad_dtype": "TYPE_FP64",
         "bad_out": "dims: [ 3 ]",
         "bad_class": "is_classifier",
+        "bad_threshold": "Bad input for parameter threshold",
     }
     for name, fragment in expected.items():
         assert index[name].state == "UNAVAILABLE", name

@@ -63,6 +63,14 @@ def _bool_param(config: dict[str, Any], key: str, default: bool | None) -> bool 
     raise BackendError(f"Bad input for parameter {key}: '{value}' (expected true or false)")
 
 
+def _number_param(config: dict[str, Any], key: str, default: str, kind: type) -> Any:
+    value = config_parameter(config, key, default).strip() or default
+    try:
+        return kind(value)
+    except ValueError:
+        raise BackendError(f"Bad input for parameter {key}: '{value}' (expected a number)") from None
+
+
 def _import(module: str, model_type: str) -> Any:
     try:
         return __import__(module)
@@ -171,10 +179,9 @@ class FilBackend(BatchingBackend):
                 raise BackendError("Required parameter is_classifier (or output_class) not found in config")
             self.is_classifier = is_classifier
             self.predict_proba = bool(_bool_param(config, "predict_proba", False))
-            threshold = config_parameter(config, "threshold", "0.5").strip() or "0.5"
-            self.threshold = float(threshold)
-            threads = int(config_parameter(config, "cpu_nthread", "-1") or -1)
-        except (BackendError, ValueError) as e:
+            self.threshold = float(_number_param(config, "threshold", "0.5", float))
+            threads = int(_number_param(config, "cpu_nthread", "-1", int))
+        except BackendError as e:
             raise self._fail(str(e)) from None
         if threads <= 0:
             # FIL's -1 ("all"): what OpenMP may use in this worker. Trireme starts workers with OMP_NUM_THREADS=1
