@@ -1,7 +1,7 @@
 """Benchmark: which engine the fil backend should run each model type on — the framework's own predict
 (XGBoost inplace_predict, LightGBM predict) against Treelite's GTIL on the same model, one thread, in process.
 
-Usage: .venv/bin/python tests/bench/bench_fil_engines.py [--seconds 1.0]
+Usage: .venv/bin/python tests/bench/bench_fil_engines.py [--seconds 1.0] [--threads 1]
 Models: 32 features, binary, XGBoost 100 trees depth 6 and LightGBM 100 trees 63 leaves. Prints us per call
 (median of calls) per batch size, and the largest difference between the engines' answers.
 """
@@ -29,6 +29,7 @@ def per_call_us(fn: Callable[[], Any], seconds: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=1.0)
+    ap.add_argument("--threads", type=int, default=1, help="threads per predict call (all engines)")
     args = ap.parse_args()
     import lightgbm as lgb
     import treelite
@@ -38,18 +39,19 @@ def main() -> None:
     rng = np.random.default_rng(0)
     x = rng.random((5000, 32), dtype=np.float32)
     y = (x[:, 0] + x[:, 1] * x[:, 2] > 0.8).astype(int)
-    booster = xgb.train({"objective": "binary:logistic", "max_depth": 6, "nthread": 1}, xgb.DMatrix(x, y), 100)
+    n = args.threads
+    booster = xgb.train({"objective": "binary:logistic", "max_depth": 6, "nthread": n}, xgb.DMatrix(x, y), 100)
     lgbm = lgb.train({"objective": "binary", "num_leaves": 63, "verbose": -1, "num_threads": 1}, lgb.Dataset(x, y), 100)
     tl_xgb = treelite.frontend.from_xgboost(booster)
     tl_lgb = treelite.frontend.from_lightgbm(lgbm)
     engines: dict[str, Callable[[np.ndarray], Any]] = {
         "xgboost inplace_predict": lambda v: booster.inplace_predict(v, validate_features=False),
-        "treelite gtil (xgboost model)": lambda v: gtil.predict(tl_xgb, v, nthread=1),
-        "lightgbm predict": lambda v: lgbm.predict(v, num_threads=1),
-        "treelite gtil (lightgbm model)": lambda v: gtil.predict(tl_lgb, v, nthread=1),
+        "treelite gtil (xgboost model)": lambda v: gtil.predict(tl_xgb, v, nthread=n),
+        "lightgbm predict": lambda v: lgbm.predict(v, num_threads=n),
+        "treelite gtil (lightgbm model)": lambda v: gtil.predict(tl_lgb, v, nthread=n),
     }
     batches = (1, 4, 16, 64, 1024)
-    print("\n## fil engines: us per predict call, one thread (32 features, 100 trees)\n")
+    print(f"\n## fil engines: us per predict call, {n} thread(s) (32 features, 100 trees)\n")
     print("| engine | " + " | ".join(f"batch {b}" for b in batches) + " |")
     print("|---|" + "---|" * len(batches))
     for name, fn in engines.items():
