@@ -5,7 +5,6 @@ framework's own predict / predict_proba; bad configs fail only their own model's
 from __future__ import annotations
 
 import os
-import subprocess
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +22,7 @@ import treelite.sklearn  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor  # noqa: E402
 
-from tests.compat.test_perf_analyzer_stream import PERF_ANALYZER  # noqa: E402
+from tests.compat.test_perf_analyzer_stream import PERF_ANALYZER, perf  # noqa: E402
 from tests.conftest import running_server  # noqa: E402
 
 FEATURES = 6
@@ -267,8 +266,4 @@ def test_fil_bad_models_fail_their_own_load(fil: Any) -> None:
 @pytest.mark.skipif(not os.access(PERF_ANALYZER, os.X_OK), reason="perf_analyzer is not installed")
 def test_perf_analyzer_on_a_fil_model(fil: Any) -> None:
     server, _ = fil
-    command = [PERF_ANALYZER, "-i", "grpc", "-u", server.url, "-m", "xgb_bin", "-b", "4", "--concurrency-range", "4"]
-    command += ["--measurement-mode", "count_windows", "--measurement-request-count", "50", "--max-trials", "5"]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    output = run.stdout + run.stderr
-    assert run.returncode == 0 and "Throughput:" in output and "error" not in output.lower(), output
+    perf(server.url, "-m", "xgb_bin", "-b", "4", "--concurrency-range", "4")
