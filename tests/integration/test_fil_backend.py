@@ -102,6 +102,9 @@ def fil(tmp_path_factory: pytest.TempPathFactory) -> Any:
         predict_proba="true",
     )
     refs["xgb_multi"] = xm.predict_proba
+    xs = xgb.XGBClassifier(n_estimators=10, max_depth=3, objective="multi:softmax").fit(x, y_multi)
+    _write(repo, "xgb_softmax", {"xgboost.json": xs.save_model}, model_type="xgboost_json", is_classifier="true")
+    refs["xgb_softmax"] = xs.predict  # XGBoost's labels; the backend takes the argmax of the class probabilities
     xr = xgb.XGBRegressor(n_estimators=20, max_depth=3).fit(x, y_reg)
     _write(
         repo,
@@ -203,7 +206,7 @@ def _infer(client: grpcclient.InferenceServerClient, model: str, x: np.ndarray) 
     return out
 
 
-GOOD = ["xgb_bin", "xgb_multi", "xgb_reg", "lgb_bin", "lgb_multi", "skl_reg", "skl_multi"]
+GOOD = ["xgb_bin", "xgb_multi", "xgb_softmax", "xgb_reg", "lgb_bin", "lgb_multi", "skl_reg", "skl_multi"]
 
 
 def test_fil_answers_equal_the_frameworks_own(fil: Any) -> None:

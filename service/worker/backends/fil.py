@@ -15,6 +15,7 @@ class's probability (binary models give [1 - p, p]). Size-1 output dimensions ar
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable
@@ -93,6 +94,15 @@ def _load_xgboost(path: str, model_type: str, threads: int) -> tuple[Predict, in
                 pass
         raise BackendError(f"XGBoost could not read '{path}' as model_type '{model_type}': {e}") from None
     booster.set_param({"nthread": threads})
+    objective = json.loads(booster.save_config())["learner"]["objective"]["name"]
+    if objective == "multi:softmax":  # XGBoost answers labels there; FIL (via Treelite) answers class probabilities
+
+        def softmax(x: np.ndarray) -> np.ndarray:
+            margin = np.asarray(booster.inplace_predict(x, predict_type="margin", validate_features=False))
+            e = np.exp(margin - margin.max(axis=1, keepdims=True))
+            return np.asarray(e / e.sum(axis=1, keepdims=True))
+
+        return softmax, int(booster.num_features())
 
     def predict(x: np.ndarray) -> np.ndarray:
         return np.asarray(booster.inplace_predict(x, validate_features=False))
