@@ -19,6 +19,7 @@ pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
 
 import tritonclient.grpc as grpcclient  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
 
 from service.worker.backends.base import BackendError  # noqa: E402
 from service.worker.backends.onnxruntime import openvino_route  # noqa: E402
@@ -31,6 +32,10 @@ IO = """\
 input [ {{ name: "x" data_type: {dtype} dims: [ 4 ] }} ]
 output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 3 ] }} ]
 """
+
+
+FIXED = 'parameters { key: "SKIP_OV_DYNAMIC_BATCHSIZE" value: { string_value: "YES" } }\n'
+PAD = 'parameters { key: "ENABLE_BATCH_PADDING" value: { string_value: "YES" } }\n'
 
 
 def expected(x: np.ndarray) -> np.ndarray:
@@ -87,6 +92,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "ov_bad_name": config('backend: "openvino"\n').replace('name: "x"', 'name: "INPUT0"'),
         "ov_bad_dtype": config('backend: "openvino"\n', dtype="TYPE_INT32"),
         "ov_missing": config('backend: "openvino"\n'),
+        "ov_fixed_pad": config('backend: "openvino"\n' + FIXED + PAD),
+        "ov_fixed": config('backend: "openvino"\n' + FIXED),
     }
     for name, text in models.items():
         (repo / name).mkdir(parents=True)
@@ -149,10 +156,11 @@ def test_onnx_openvino_accelerator_loads_openvino_in_its_worker(server: Any) -> 
     x = np.ones((1, 4), np.float32)
     _infer(client, "ort_openvino", x)
     _infer(client, "ort_plain", x)
-    with_openvino = [pid for pid in server.worker_pids() if "libopenvino" in _maps(pid)]
-    # ov_ir, ov_onnx, ov_auto and ort_openvino: one worker each; ort_plain has none of it
-    assert len(with_openvino) == 4, with_openvino
-    assert len(server.worker_pids()) >= 5
+    workers = server.worker_pids()
+    with_openvino = [pid for pid in workers if "libopenvino" in _maps(pid)]
+    # one worker per loaded model (the bad ones' workers exited): ov_ir, ov_onnx, ov_auto, ov_fixed,
+    # ov_fixed_pad and ort_openvino map OpenVINO; ort_plain's worker does not
+    assert len(workers) == 7 and len(with_openvino) == 6, (workers, with_openvino)
     client.close()
 
 
@@ -174,3 +182,16 @@ def test_openvino_accelerator_without_openvino_names_what_to_install(monkeypatch
     with pytest.raises(BackendError, match=r"pip install 'trireme\[openvino\]'"):
         openvino_route(onnxruntime, onnxruntime.SessionOptions(), ["CPUExecutionProvider"])
     assert openvino_route(onnxruntime, None, ["OpenVINOExecutionProvider", "CPUExecutionProvider"]) == "provider"
+
+
+def test_openvino_fixed_batch_pads_or_says_why(server: Any) -> None:
+    """SKIP_OV_DYNAMIC_BATCHSIZE compiles for max_batch_size rows: with ENABLE_BATCH_PADDING 3 rows are padded
+    and answered; without it the request fails with a message naming the parameter."""
+    client = grpcclient.InferenceServerClient(server.url)
+    x = np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(_infer(client, "ov_fixed_pad", x), expected(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(InferenceServerException, match="ENABLE_BATCH_PADDING"):
+        _infer(client, "ov_fixed", x)
+    full = np.random.default_rng(5).standard_normal((8, 4)).astype(np.float32)
+    np.testing.assert_allclose(_infer(client, "ov_fixed", full), expected(full), rtol=1e-5, atol=1e-5)
+    client.close()
