@@ -183,8 +183,10 @@ class FilBackend(BatchingBackend):
                 f"{', '.join(MODEL_FILES)})"
             )
         try:
-            output_class = _bool_param(config, "output_class", None)  # FIL's older name for is_classifier
-            is_classifier = _bool_param(config, "is_classifier", output_class)
+            # FIL's older name wins when both are given, as in FIL
+            is_classifier = _bool_param(config, "output_class", None)
+            if is_classifier is None:
+                is_classifier = _bool_param(config, "is_classifier", None)
             if is_classifier is None:
                 raise BackendError("Required parameter is_classifier (or output_class) not found in config")
             self.is_classifier = is_classifier
@@ -196,8 +198,9 @@ class FilBackend(BatchingBackend):
         if threads <= 0:
             # FIL's -1 ("all"): what OpenMP may use in this worker. Trireme starts workers with OMP_NUM_THREADS=1
             # unless the server's environment sets it: on a busy machine a second OpenMP thread that spins at
-            # barriers made LightGBM 20-50x slower per small batch here (docs/benchmarks.md)
-            threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or default_thread_count(config)
+            # barriers made LightGBM up to 70x slower per small batch here (docs/benchmarks.md)
+            omp = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+            threads = int(omp) if omp.isdigit() and int(omp) > 0 else default_thread_count(config)
         filename = config.get("default_model_filename", "") or MODEL_FILES[model_type]
         path = os.path.join(ctx.version_dir, filename)
         if os.path.isdir(path):
