@@ -23,6 +23,9 @@ step "pip: torch (CPU build) for the pytorch backend tests"
   || echo "note: torch not installable here; pytorch backend tests will be skipped"
 step "pip: onnx and onnxruntime for the onnxruntime backend tests"
 .venv/bin/python -m pip install -q onnx onnxruntime 2>/dev/null || echo "note: onnxruntime not installable; skipped"
+step "pip: the fil and openvino extras (tree models, OpenVINO; about 10 s from a warm pip cache)"
+.venv/bin/python -m pip install -q -e ".[fil,openvino]" 2>/dev/null \
+  || echo "note: the fil/openvino extras are not installable here; their tests are skipped"
 # real perf_analyzer + Triton 2.51 for the compatibility tests (tools/install-triton-tools.sh, into $TRIREME_TOOLS,
 # default ~/.cache/trireme/tools; those tests skip when the tools cannot be installed here).
 # TRIREME_SKIP_ANCHORS=1 skips the download.
