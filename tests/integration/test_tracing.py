@@ -206,6 +206,22 @@ def test_trace_file_timestamps_are_ordered_and_match_statistics(repo: Path, tmp_
     assert compute["output"] == stats.compute_output.ns
 
 
+def test_a_large_response_with_tracing_on_is_answered_whole_and_traced(repo: Path, tmp_path: Path) -> None:
+    # above LARGE_BYTES (1 MiB) ModelInfer answers through the large-message serialiser, traced or not (the
+    # traced handler used to encode with protobuf instead); tests/unit/test_grpc_infer_path.py checks the path
+    trace_file = tmp_path / "trace.json"
+    args = ["--trace-config", f"triton,file={trace_file}", "--trace-config", "level=TIMESTAMPS"]
+    args += ["--trace-config", "rate=1"]
+    n = (3 << 20) // 4  # 3 MiB of FP32
+    with running_server([repo], tmp_path / "server.log", args) as server:
+        client = grpcclient.InferenceServerClient(server.url)
+        infer(client, "ident", n=n)
+        client.close()
+    traces = traces_by_id(json.loads(trace_file.read_text()))
+    assert len(traces) == 1
+    assert list(next(iter(traces.values()))["timestamps"]) == ORDER
+
+
 def test_rate_count_children_and_tensors(repo: Path, tmp_path: Path) -> None:
     prefix = tmp_path / "t.json"
     args = ["--trace-config", f"triton,file={prefix}", "--trace-config", "triton,log-frequency=1"]
