@@ -11,7 +11,7 @@ import grpc
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 from protos import health_pb2, health_pb2_grpc
-from service.config.security import GrpcSettings
+from service.config.access import GrpcSettings
 from service.core.engine import Engine
 from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
@@ -305,16 +305,14 @@ def _read_pem(path: str, what: str) -> bytes:
 
 def server_credentials(settings: GrpcSettings) -> grpc.ServerCredentials | None:
     """TLS credentials from Triton's --grpc-use-ssl* / --grpc-*-cert flags (None: plaintext)."""
-    if not settings.use_ssl:
+    tls = settings.tls
+    if not tls.use_ssl:
         return None
-    if not settings.server_cert or not settings.server_key:
-        raise OSError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
-    key = _read_pem(settings.server_key, "server key")
-    cert = _read_pem(settings.server_cert, "server certificate")
-    root = _read_pem(settings.root_cert, "root certificate") if settings.root_cert else None
-    if settings.use_ssl_mutual and root is None:
-        raise OSError("--grpc-use-ssl-mutual needs --grpc-root-cert (the CA that signs client certificates)")
-    return grpc.ssl_server_credentials([(key, cert)], root, require_client_auth=settings.use_ssl_mutual)
+    cert_path, key_path, root_path = tls.files()
+    key = _read_pem(key_path, "server key")
+    cert = _read_pem(cert_path, "server certificate")
+    root = _read_pem(root_path, "root certificate") if root_path else None
+    return grpc.ssl_server_credentials([(key, cert)], root, require_client_auth=tls.use_ssl_mutual)
 
 
 def build_grpc_server(

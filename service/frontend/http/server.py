@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from service.config.security import RestrictedApi
+from service.config.access import RestrictedApi
 from service.core.engine import Engine
 from service.core.repository.model_config import to_json_dict
 from service.errors import ErrorCode, ServiceError, invalid_arg
