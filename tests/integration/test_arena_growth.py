@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ServerProcess, running_server, write_model
+from tests.integration.models import elementwise_py
 
 MIB = 1 << 20
 ARENA_ARGS = [
@@ -35,19 +36,7 @@ IDENTITY_CONFIG = """
 """
 
 # OUT = IN + 1 (a new array the worker writes into its response arena)
-IDENTITY_PY = """
-    import triton_python_backend_utils as pb_utils
-
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            return [
-                pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() + 1)]
-                )
-                for r in requests
-            ]
-"""
+IDENTITY_PY = elementwise_py("x + 1", inp="IN", out="OUT")
 
 BLS_CONFIG = IDENTITY_CONFIG.replace('"identity"', '"bls_big"')
 

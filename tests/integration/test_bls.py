@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ServerProcess, running_server, write_model
+from tests.integration import models
 
 IDENTITY_CONFIG = """
 name: "{name}"
@@ -20,18 +21,7 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 instance_group [ {{ kind: KIND_CPU count: {count} }} ]
 """
 
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
-            )
-            for r in requests
-        ]
-"""
+IDENTITY_PY = models.IDENTITY_PY
 
 # forwards INPUT0 to the model named by the request parameter "target" (default bls_identity), asking that
 # model to forward to "then" in turn (when it is a caller too)

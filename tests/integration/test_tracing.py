@@ -20,15 +20,10 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import free_port, running_server, write_model
+from tests.integration import models
+from tests.integration.models import python_config
 
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0",
-                pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
-"""
+IDENTITY_PY = models.IDENTITY_PY
 
 BLS_PY = """
 import triton_python_backend_utils as pb_utils
@@ -48,13 +43,7 @@ class TritonPythonModel:
 
 
 def io_config(name: str) -> str:
-    return f"""
-    name: "{name}"
-    backend: "python"
-    max_batch_size: 0
-    input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-    output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-    """
+    return python_config(name)
 
 
 ENSEMBLE = """
