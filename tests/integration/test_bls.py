@@ -154,20 +154,11 @@ def _repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def bls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One server with the BLS test models."""
     tmp = tmp_path_factory.mktemp("bls")
     with running_server([_repo(tmp)], tmp / "server.log") as server:
         yield server
-
-
-@pytest.fixture
-def client(bls_server: ServerProcess):  # type: ignore[no-untyped-def]
-    import tritonclient.grpc as grpcclient
-
-    c = grpcclient.InferenceServerClient(bls_server.url)
-    yield c
-    c.close()
 
 
 def _infer(client, model: str, x: np.ndarray, **params):  # type: ignore[no-untyped-def]
@@ -264,11 +255,11 @@ def test_bls_cycle_between_models_fails_instead_of_deadlocking(client) -> None: 
     assert "BLS failed: BLS failed: " in text and "would deadlock" in text and "'bls_caller'" in text
 
 
-def test_bls_over_stream(bls_server: ServerProcess) -> None:
+def test_bls_over_stream(server: ServerProcess) -> None:
     import tritonclient.grpc as grpcclient
 
     results: queue.Queue = queue.Queue()
-    c = grpcclient.InferenceServerClient(bls_server.url)
+    c = grpcclient.InferenceServerClient(server.url)
     try:
         c.start_stream(callback=lambda result, error: results.put((result, error)))
         x = np.arange(3, dtype=np.float32)

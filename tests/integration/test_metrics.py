@@ -65,13 +65,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield srv
 
 
-@pytest.fixture
-def client(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    c = grpcclient.InferenceServerClient(server.url)
-    yield c
-    c.close()
-
-
 def _fp32(name: str, data: np.ndarray) -> grpcclient.InferInput:
     t = grpcclient.InferInput(name, list(data.shape), "FP32")
     t.set_data_from_numpy(data)
