@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import ServerProcess, running_server, write_model
 from tests.integration import models
+from tests.integration.models import python_config
 
 IDENTITY_CONFIG = """
 name: "{name}"
@@ -77,14 +78,7 @@ class TritonPythonModel:
         return responses
 """
 
-REPEAT_CONFIG = """
-name: "bls_repeat"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-model_transaction_policy { decoupled: true }
-"""
+REPEAT_CONFIG = python_config("bls_repeat", extra="model_transaction_policy { decoupled: true }")
 
 # decoupled: sends int(INPUT0[0]) responses, the k-th being INPUT0 + k, then the final flag alone
 REPEAT_PY = """

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ServerProcess, running_server, write_model
+from tests.integration.models import python_config
 from tests.integration.test_bls import REPEAT_PY  # decoupled: int(INPUT0[0]) responses, then FINAL
 
 # y = x * SCALE + OFFSET; with RENDEZVOUS set, first waits (up to 20 s) until its peer step has started too,
@@ -57,14 +58,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 parameters [ {params} ]
 """
 
-REPEAT_CONFIG = """
-name: "ens_repeat"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-model_transaction_policy { decoupled: true }
-"""
+REPEAT_CONFIG = python_config("ens_repeat", extra="model_transaction_policy { decoupled: true }")
 
 
 def _param(key: str, value: str) -> str:
