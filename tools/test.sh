@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[dev,plot]"
+.venv/bin/python -m pip install -q -e ".[dev,plot,openai]"
 # optional framework backends: the CPU torch wheel (never a CUDA build from the index) and onnxruntime
 .venv/bin/python -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
   || .venv/bin/python -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch 2>/dev/null \

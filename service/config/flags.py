@@ -8,11 +8,13 @@ import os
 from dataclasses import dataclass, field
 
 from service.config.access import GrpcSettings, RestrictedApi, add_security_flags, check_restricted, grpc_settings
+from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
 from service.config.tls import TlsSettings, tls_settings
 
 log = logging.getLogger("trireme.config")
 
-EXAMPLE_REPOSITORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example_models")
+# service/example_models (this file is service/config/flags.py)
+EXAMPLE_REPOSITORY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "example_models")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -89,6 +91,7 @@ class ServerConfig:
     metrics_config: list[str] = field(default_factory=list)  # --metrics-config key=value entries
     allow_cpu_metrics: bool = True
     allow_gpu_metrics: bool = True
+    openai: OpenAIOptions = field(default_factory=OpenAIOptions)  # --openai-port and friends (docs/openai.md)
 
 
 # Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
@@ -287,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"older Triton spelling of --trace-config {key}={what}",
         )
     _add_metrics(p)
+    add_openai_flags(p)
     _add_ignored(p)
     return p
 
@@ -466,6 +470,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
     if "*" in config.load_models and len(config.load_models) > 1:
         raise SystemExit("Error: '--load-model=*' must be the only '--load-model' given.")
     config.repository_poll_secs = args.repository_poll_secs
+    config.openai = openai_options(args, config.http_address, config.http_max_input_size)
     config.model_unload_timeout_secs = args.model_unload_timeout_secs
     check_restricted(config.grpc.restricted, "--grpc-restricted-protocol")
     check_restricted(config.http_restricted, "--http-restricted-api")

@@ -9,6 +9,7 @@ from typing import Any
 
 from protos import model_config_pb2 as mc
 from service import __version__
+from service.core.observability.llm_metrics import LlmMetrics
 from service.core.observability.log_settings import LogSettings
 from service.core.observability.otel_export import OtelExporter
 from service.core.observability.stats import ModelStats
@@ -95,6 +96,7 @@ class Engine:
         self.classifier = Classifier()
         self.cache_gate: CacheGate | None = None  # set by enable_response_cache (--cache-config)
         self.tracer = Tracer(TraceSettings(), known_model=lambda name: name in repository.models)
+        self.llm_metrics = LlmMetrics()  # token metrics the OpenAI front end records
 
     def configure_tracing(self, settings: TraceSettings, otel: OtelSettings) -> None:
         """Trace requests as --trace-config says (tracing is off until then)."""
@@ -204,6 +206,12 @@ class Engine:
             return self.repository.get(name, version).decoupled
         except ServiceError:
             return False
+
+    def model_location(self, name: str, version: str = "") -> tuple[str, int]:
+        """(model folder, version number) of the version a request targets (the OpenAI front end reads the
+        model's chat template and LoRA list there)."""
+        mv = self.repository.get(name, version)
+        return mv.model_dir, mv.version
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         """The normalized config."""

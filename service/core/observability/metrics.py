@@ -121,7 +121,7 @@ def _metric(name: str, doc: str, kind: str) -> Metric:
     return Metric(name, doc, kind)
 
 
-def _add_histogram(
+def add_histogram(
     metric: Metric, labels: dict[str, str], histogram: LatencyHistogram, divisor: float = 1e9, bound_scale: float = 1.0
 ) -> None:
     """Samples of one histogram series: cumulative buckets (le), _count and _sum (ns / `divisor`)."""
@@ -222,7 +222,7 @@ class CoreCollector:
             )
             for labels, mv in versions:
                 if mv.decoupled:
-                    _add_histogram(first, labels, mv.stats.first_response_latency, 1e6, 1000.0)
+                    add_histogram(first, labels, mv.stats.first_response_latency, 1e6, 1000.0)
             yield first
         if self.system is not None:
             yield from self.system.collect()
@@ -249,7 +249,7 @@ class CoreCollector:
             for name, doc, attr in _HISTOGRAMS:
                 m = _metric(name, doc, "histogram")
                 for labels, mv in versions:
-                    _add_histogram(m, labels, getattr(mv.stats, attr))
+                    add_histogram(m, labels, getattr(mv.stats, attr))
                 yield m
             first = _metric(
                 "trireme_first_response_duration_seconds",
@@ -258,7 +258,7 @@ class CoreCollector:
             )
             for labels, mv in versions:
                 if mv.decoupled:
-                    _add_histogram(first, labels, mv.stats.first_response_latency)
+                    add_histogram(first, labels, mv.stats.first_response_latency)
             yield first
         depth = _metric(
             "trireme_queue_depth",
