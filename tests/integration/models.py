@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.conftest import write_model
-
 Tensor = tuple[str, str, Sequence[int]]  # (name, config data type such as "TYPE_FP32", dims)
 
 
@@ -71,4 +69,6 @@ def python_config(
 
 def write_python_model(repo: Path, name: str, model_py: str = IDENTITY_PY, **config: object) -> Path:
     """A Python model <repo>/<name> with python_config(name, **config); returns the model dir."""
+    from tests.conftest import write_model  # pytest's conftest; this module is also used by tests/bench scripts
+
     return write_model(repo, name, python_config(name, **config), model_py)  # type: ignore[arg-type]
