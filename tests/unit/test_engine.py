@@ -18,23 +18,10 @@ from service.core.scheduling.factory import make_scheduler
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InputTensor, RequestedOutput, ShmRef
 from shm.registry import SharedMemoryRegistry
+from tests.integration.models import elementwise_py, python_config
 
-CONFIG = """
-name: "double"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"""
-MODEL_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
-                pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 2)]) for r in requests]
-"""
+CONFIG = python_config("double", [("IN", "TYPE_FP32", [-1])], [("OUT", "TYPE_FP32", [-1])])
+MODEL_PY = elementwise_py("x * 2", inp="IN", out="OUT")
 
 
 def _repo(tmp_path: Path) -> Path:
