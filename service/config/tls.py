@@ -45,32 +45,22 @@ def add_tls_flags(p: argparse.ArgumentParser, protocol: str) -> None:
     name = PROTOCOL_NAMES[protocol]
     pre = "" if protocol == "grpc" else "Trireme only: "  # Triton has the gRPC flags only
     flag = f"--{protocol}"
-    p.add_argument(
-        f"{flag}-use-ssl",
-        type=bool_flag,
-        default=False,
-        metavar="BOOL",
-        help=f"{pre}serve {name} over TLS with {flag}-server-cert and {flag}-server-key (false)",
+    switches = (
+        ("use-ssl", f"serve {name} over TLS with {flag}-server-cert and {flag}-server-key"),
+        (
+            "use-ssl-mutual",
+            f"serve {name} over mutual TLS: clients need a certificate signed by {flag}-root-cert (false)",
+        ),
     )
-    p.add_argument(
-        f"{flag}-use-ssl-mutual",
-        type=bool_flag,
-        default=False,
-        metavar="BOOL",
-        help=f"{pre}serve {name} over mutual TLS: clients need a certificate signed by {flag}-root-cert (false)",
+    for suffix, what in switches:
+        p.add_argument(f"{flag}-{suffix}", type=bool_flag, default=False, metavar="BOOL", help=pre + what + " (false)")
+    files = (
+        ("server-cert", f"PEM certificate of the {name} endpoint"),
+        ("server-key", f"PEM private key of the {name} endpoint"),
+        ("root-cert", "PEM CA certificate that client certificates chain to"),
     )
-    p.add_argument(
-        f"{flag}-server-cert", default="", metavar="FILE", help=f"{pre}PEM certificate of the {name} endpoint"
-    )
-    p.add_argument(
-        f"{flag}-server-key", default="", metavar="FILE", help=f"{pre}PEM private key of the {name} endpoint"
-    )
-    p.add_argument(
-        f"{flag}-root-cert",
-        default="",
-        metavar="FILE",
-        help=f"{pre}PEM CA certificate that client certificates chain to",
-    )
+    for suffix, what in files:
+        p.add_argument(f"{flag}-{suffix}", default="", metavar="FILE", help=pre + what)
 
 
 def tls_settings(args: argparse.Namespace, protocol: str) -> TlsSettings:
