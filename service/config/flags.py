@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 
 from service.config.access import GrpcSettings, RestrictedApi, add_security_flags, check_restricted, grpc_settings
+from service.config.cli_checks import add_cli_flags, reject_unknown
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
 from service.config.tls import TlsSettings, tls_settings
 
@@ -63,7 +64,7 @@ class ServerConfig:
     log_verbose: int = 0
     exit_timeout_secs: int = 30
     server_id: str = "triton"
-    allow_client_shm: bool = True
+    allow_client_shm: bool = False  # Triton 2.69+: off unless --allow-client-shm=true
     model_config_name: str = ""
     arena_bytes: int = 256 << 20
     arena_growth_bytes: int = 64 << 20  # python,shm-growth-byte-size: how much an arena grows by when full
@@ -101,7 +102,6 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--reuse-grpc-port": "let several servers share the gRPC port",
     "--grpc-header-forward-pattern": "gRPC headers forwarded to backends as request parameters",
     "--grpc-infer-allocation-pool-size": "gRPC inference request objects kept for reuse",
-    "--grpc-max-response-pool-size": "gRPC response objects kept for reuse",
     "--grpc-infer-response-compression-level": "compression of gRPC inference responses",
     "--allow-sagemaker": "serve the SageMaker endpoint",
     "--sagemaker-port": "port of the SageMaker endpoint",
@@ -230,9 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-client-shm",
         type=parse_bool,
-        default=True,
+        default=False,
         metavar="BOOL",
-        help="Trireme only: allow clients to register system/CUDA shared-memory regions (true)",
+        help="allow clients to register and use system/CUDA shared-memory regions; as in Triton 2.69+, off "
+        "unless set, and registering then answers with an error naming this flag (false)",
     )
     p.add_argument(
         "--model-config-name",
@@ -291,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
     _add_metrics(p)
     add_openai_flags(p)
+    add_cli_flags(p)
     _add_ignored(p)
     return p
 
@@ -414,24 +416,15 @@ class _Ignored(argparse.Action):
         namespace.ignored_flags = ignored
 
 
-def _unknown_flags(tokens: list[str]) -> list[str]:
-    """Pair leftover tokens into flags: `--flag value` becomes '--flag=value', so a value is never a flag."""
-    flags: list[str] = []
-    for token in tokens:
-        if token.startswith("-") or not flags or "=" in flags[-1]:
-            flags.append(token)
-        else:
-            flags[-1] = f"{flags[-1]}={token}"
-    return flags
-
-
 def parse_args(argv: list[str]) -> ServerConfig:
-    """ServerConfig from argv (without the program name); unknown Triton flags only warn."""
+    """ServerConfig from argv (without the program name). Triton flags Trireme does not implement warn once
+    each; any other unknown option stops here (exit 1) naming it and the closest known flag."""
     if argv and argv[0] == "serve":
         argv = argv[1:]
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    for flag in [*(getattr(args, "ignored_flags", None) or []), *_unknown_flags(unknown)]:
+    reject_unknown(parser, unknown)
+    for flag in getattr(args, "ignored_flags", None) or []:
         log.warning("ignoring unsupported option '%s'", flag)
     config = ServerConfig(
         model_repositories=list(args.model_repository),
@@ -500,7 +493,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
     from service.core.observability.trace_settings import parse_trace_config
 
     try:
-        parse_trace_config(config.trace_config)
+        parse_trace_config(config.trace_config, warn=True)
     except ValueError as e:
         parser.error(f"--trace-config: {e}")
     if not config.model_repositories:

@@ -146,7 +146,7 @@ class Engine:
         then the instances are finalized. Unloading a model that is not loaded succeeds, as in Triton.
         """
         self._require_explicit()
-        check_model_name(name)
+        check_model_name(name, is_path=False)
         await self.repository.unload(name)
 
     # ---- health and metadata ----------------------------------------------------------------------------

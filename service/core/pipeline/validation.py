@@ -9,11 +9,15 @@ from shm.tensor import ELEMENT_SIZE, element_count
 from shm.views import bytes_extent
 
 
-def check_model_name(name: str) -> None:
-    """A model name from a load/unload request, checked before any file-system lookup (Triton's messages)."""
+def check_model_name(name: str, *, is_path: bool = True) -> None:
+    """A model name from a load (is_path) or unload request, checked before any lookup (Triton 2.73's messages).
+
+    A load turns the name into a folder of the repository, so '..' (also with blanks around it, as the file
+    system may see it) and separators are refused; an unload only looks the name up among loaded models, so any
+    non-empty name is answered as an unknown model would be."""
     if not name.strip():
         raise ServiceError(ErrorCode.INVALID_ARG, "Model name cannot be empty. Please enter a valid name to deploy.")
-    if name in (".", "..") or any(c in name for c in "/\\\0"):
+    if is_path and (name.strip() in (".", "..") or any(c in name for c in "/\\\0")):
         raise ServiceError(ErrorCode.INVALID_ARG, "model name must not contain path traversal characters")
 
 

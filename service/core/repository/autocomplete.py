@@ -24,7 +24,9 @@ def needs_auto_complete(config: mc.ModelConfig, version_dir: str) -> bool:
                 return "auto_complete_config" in f.read()
         except OSError:
             return False
-    return config.backend in ("onnxruntime", "tensorrt", "pytorch") and (not config.input or not config.output)
+    return config.backend in ("onnxruntime", "tensorrt", "pytorch", "openvino") and (
+        not config.input or not config.output
+    )
 
 
 async def run_auto_complete(

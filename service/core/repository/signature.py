@@ -39,9 +39,22 @@ def tensor_spec(name: str, data_type_enum_name: str, dims: list[int], optional: 
     return TensorSpec(name, CONFIG_TO_DATATYPE.get(data_type_enum_name, "INVALID"), tuple(dims), optional)
 
 
+INT64_MAX = (1 << 63) - 1
+
+
 def parse_version(version: str) -> int:
     """A requested model version: ASCII digits only ("-1", "+1", full-width or Arabic-Indic digits are rejected)."""
     if version.isascii() and version.isdigit():
+        # Triton parses with stoll: beyond int64 is out of range (and int() of 4300+ digits would raise)
+        if len(version.lstrip("0")) > 19 or int(version) > INT64_MAX:
+            # a huge string is shortened: a gRPC status over the metadata limit would reach the client as
+            # RESOURCE_EXHAUSTED instead of this error
+            shown = version if len(version) <= 64 else f"{version[:32]}...({len(version)} digits)"
+            raise ServiceError(
+                ErrorCode.INVALID_ARG,
+                f"failed to get model version from specified version string '{shown}' (details: stoll), "
+                "version should be an integral value > 0",
+            )
         return int(version)
     if version[:1] == "-" and version[1:].isascii() and version[1:].isdigit():
         raise ServiceError(
