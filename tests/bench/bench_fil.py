@@ -2,7 +2,7 @@
 against each framework's own predict called in this process, with the real perf_analyzer.
 
 Usage: .venv/bin/python tests/bench/bench_fil.py [--rounds 2] [--stability "-p 2000 -s 30 -r 8"]
-Needs the fil extra and perf_analyzer (/tmp/trireme-anchors/bin, from tools/install-triton-tools.sh).
+Needs the fil extra and perf_analyzer ($TRIREME_TOOLS/bin, from tools/install-triton-tools.sh).
 
 Models: 32 features, binary classifiers (XGBoost 100 trees depth 6, LightGBM 100 trees 63 leaves, scikit-learn
 RandomForest 50 trees depth 8), each `dynamic_batching {}` on one CPU instance (the worker's default: one

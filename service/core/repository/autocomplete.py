@@ -9,7 +9,7 @@ import socket
 from protos import model_config_pb2 as mc
 from service.core.repository import model_config as cfg
 from service.errors import ErrorCode, ServiceError
-from service.instances.process import worker_command, worker_env
+from service.instances.spawn import worker_command, worker_env
 from service.ipc import frames as ipc
 
 AUTO_COMPLETE_TIMEOUT_S = 60.0

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 from aiohttp.web_protocol import RequestPayloadError
 
-from service.config.security import RestrictedApi
+from service.config.access import RestrictedApi
 from service.core.engine import Engine
 from service.core.repository.model_config import to_json_dict
 from service.errors import ErrorCode, ServiceError, invalid_arg
