@@ -107,6 +107,7 @@ class FrameDispatch:
             resp.parameters = msg.parameters
         if msg.error_code >= 0:
             resp.error = ServiceError(ErrorCode(msg.error_code), msg.error)
+            resp.model_error = msg.model_error  # returned by the model: a success for statistics
         elif msg.null:
             resp.null = True
         else:
