@@ -1,0 +1,51 @@
+"""Starting a worker process: its command line, its environment, and the two socket pairs it talks over."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+from service.ipc.launch import fds_env, worker_command
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a worker: ours, plus the repo root on PYTHONPATH so `service` imports anywhere."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+async def spawn_worker(
+    env: dict[str, str], title: dict[str, str]
+) -> tuple[asyncio.subprocess.Process, socket.socket, socket.socket]:
+    """Start `python -m service.worker.main model=.. version=.. instance=..` (`title`: what ps shows; the socket
+    descriptors go in the environment): (process, frame socket, non-blocking cancel socket)."""
+    parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    # Cancel frames get their own socket: a worker thread blocks on it, so a running execute() sees
+    # is_cancelled() without anything waking up on the hot path.
+    cancel_sock, cancel_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    cancel_sock.setblocking(False)
+    try:
+        fds = [child_sock.fileno(), cancel_child.fileno()]
+        proc = await asyncio.create_subprocess_exec(
+            *worker_command(title),
+            pass_fds=fds,
+            env=worker_env({**env, **fds_env(fds)}),
+            stdin=asyncio.subprocess.DEVNULL,
+            # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
+            # kill workers behind the server's back; the server stops them, or they exit on EOF
+            start_new_session=True,
+        )
+    except BaseException:
+        parent_sock.close()
+        cancel_sock.close()
+        raise
+    finally:
+        child_sock.close()
+        cancel_child.close()
+    return proc, parent_sock, cancel_sock
