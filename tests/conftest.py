@@ -21,11 +21,19 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_REPO = ROOT / "service" / "example_models"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port that is free on 127.0.0.1 right now and not handed out before in this test run (a server takes
+    several ports picked one after another: the kernel may offer a just-closed one again)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class ServerProcess:
