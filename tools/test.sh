@@ -12,6 +12,8 @@ PY=${PYTHON:-python3}
   || .venv/bin/python -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch 2>/dev/null \
   || echo "note: torch not installable here; pytorch backend tests will be skipped"
 .venv/bin/python -m pip install -q onnx onnxruntime 2>/dev/null || echo "note: onnxruntime not installable; skipped"
+.venv/bin/python -m pip install -q -e ".[tensorflow]" 2>/dev/null \
+  || echo "note: tensorflow-cpu not installable here; tensorflow backend tests will be skipped"
 # real perf_analyzer + Triton 2.51 for the compatibility tests (tools/install-triton-tools.sh; those tests skip
 # when the tools cannot be installed here). TRIREME_SKIP_ANCHORS=1 skips the download.
 if [ -z "${TRIREME_SKIP_ANCHORS:-}" ]; then

@@ -269,6 +269,7 @@ BACKENDS: dict[str, str] = {
     "pytorch": "service.worker.backends.pytorch:TorchBackend",
     "onnxruntime": "service.worker.backends.onnxruntime:OnnxBackend",
     "tensorrt": "service.worker.backends.tensorrt:TensorRTBackend",
+    "tensorflow": "service.worker.backends.tensorflow:TensorFlowBackend",
 }
 
 
