@@ -245,7 +245,7 @@ class TensorFlowBackend(BatchingBackend):
 
     def _check(self, kind: str, spec: dict[str, Any], dtype: str, shape: list[int] | None) -> None:
         """check_tensor against the config's dims (its reshape when given); shape None checks the type only."""
-        dims = [int(d) for d in spec.get("reshape", {}).get("shape", spec.get("dims", []))]
+        dims = [int(d) for d in (spec["reshape"].get("shape", []) if "reshape" in spec else spec.get("dims", []))]
         if shape is None:
             shape = ([-1] if self.max_batch_size > 0 else []) + dims
         check_tensor(

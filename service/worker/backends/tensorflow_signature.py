@@ -37,12 +37,16 @@ TF_TYPES: dict[str, str] = {
 TensorInfo = tuple[str, list[int] | None]  # (config data type, shape with -1 for unknown dims; None = unknown rank)
 
 
+def config_type(tf: Any, dtype: Any) -> str:
+    """The config data type of a TF dtype (or DataType enum value)."""
+    name = tf.as_dtype(dtype).name
+    return TF_TYPES.get(name, f"unsupported {name}")
+
+
 def tensor_info(tf: Any, dtype: Any, shape: Any) -> TensorInfo:
-    """(config data type, dims) of a TF dtype and shape."""
-    dt = tf.as_dtype(dtype)
-    shape = tf.TensorShape(shape)
+    """(config data type, dims) of a graph tensor's dtype and TensorShape."""
     dims = None if shape.rank is None else [-1 if d is None else int(d) for d in shape.as_list()]
-    return TF_TYPES.get(dt.name, f"unsupported {dt.name}"), dims
+    return config_type(tf, dtype), dims
 
 
 # ---- SavedModel signatures (load and auto-complete share them) --------------------------------------------
@@ -93,7 +97,7 @@ def signature_io(tf: Any, signature: Any) -> tuple[dict[str, Any], dict[str, Any
         for key in sorted(entries):
             info = entries[key]
             shape = None if info.tensor_shape.unknown_rank else [int(d.size) for d in info.tensor_shape.dim]
-            out[key] = (tensor_info(tf, info.dtype, shape)[0], shape, info.name)
+            out[key] = (config_type(tf, info.dtype), shape, info.name)
         return out
 
     return describe(signature.inputs), describe(signature.outputs)
