@@ -236,3 +236,72 @@ def test_bad_models_fail_their_load_with_a_message_naming_them(tf_server: Server
         )
     finally:
         client.close()
+
+
+PERF_ANALYZER = os.environ.get("PERF_ANALYZER", "/tmp/trireme-anchors/bin/perf_analyzer")
+# docs/optimization.md's steps on the tiny stand-in for inception_graphdef (same tensor names and shapes)
+TINY_CONFIG = """\
+name: "{name}"
+platform: "tensorflow_graphdef"
+max_batch_size: 128
+input [ {{ name: "input" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 299, 299, 3 ] }} ]
+output [ {{ name: "InceptionV3/Predictions/Softmax" data_type: TYPE_FP32 dims: [ 1001 ] }} ]
+{extra}
+"""
+# the guide's GPU accelerators: for GPU instances, so a CPU instance loads and ignores them
+AMP = 'optimization { execution_accelerators { gpu_execution_accelerator : [ { name : "auto_mixed_precision" } ] } }'
+BATCHED_XLA_TRT = """\
+dynamic_batching { }
+optimization {
+  graph { level: 1 }
+  execution_accelerators { gpu_execution_accelerator : [ {
+    name : "tensorrt"
+    parameters { key: "precision_mode" value: "FP16" }
+  } ] }
+}
+"""
+
+
+def perf(url: str, *args: str) -> str:
+    """perf_analyzer over gRPC, short windows; a busy CI machine is noisy, so any latency spread counts as stable."""
+    command = [PERF_ANALYZER, "-i", "grpc", "-u", url, "--measurement-mode", "count_windows"]
+    command += ["--measurement-request-count", "50", "--stability-percentage", "1000", "--max-trials", "5", *args]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout + run.stderr
+
+
+@pytest.mark.skipif(not os.access(PERF_ANALYZER, os.X_OK), reason="perf_analyzer is not installed")
+def test_optimization_walkthrough_small(tf_models: Path, tmp_path: Path) -> None:
+    from tests.compat.test_perf_analyzer_stream import success_and_fail
+
+    repo = tmp_path / "repo"
+    tiny = tf_models / "tiny" / "model.graphdef"
+    add_model(repo, "tiny_plain", TINY_CONFIG.format(name="tiny_plain", extra=AMP), {"model.graphdef": tiny})
+    add_model(
+        repo, "tiny_batched", TINY_CONFIG.format(name="tiny_batched", extra=BATCHED_XLA_TRT), {"model.graphdef": tiny}
+    )
+    # TF_XLA_FLAGS in the server's environment reaches the workers; on CPU, XLA auto-clustering needs
+    # --tf_xla_cpu_global_jit, and then `graph { level: 1 }` turns it on for that model only
+    env = {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit", "TF_CPP_MIN_LOG_LEVEL": "0"}
+    server = start(repo, tmp_path / "server.log", env)
+    try:
+        ref = reference(tf_models)
+        client = grpcclient.InferenceServerClient(server.url)
+        try:
+            for model in ("tiny_plain", "tiny_batched"):
+                probs = infer(client, model, {"input": ref["images"]}).as_numpy("InceptionV3/Predictions/Softmax")
+                np.testing.assert_allclose(probs, ref["probs"], rtol=1e-3, atol=1e-6)
+        finally:
+            client.close()
+        for model in ("tiny_plain", "tiny_batched"):
+            output = perf(server.url, "-m", model, "--percentile=95", "--concurrency-range", "1:2")
+            assert "Throughput:" in output and "error" not in output.lower(), output
+            assert "Concurrency: 1, throughput:" in output and "Concurrency: 2, throughput:" in output, output
+            ok, failed = success_and_fail(server.url, model)
+            assert ok >= 100 and failed == 0
+        log = server.log()
+        assert log.count("Compiled cluster using XLA") == 1, "only the graph level 1 model is compiled by XLA"
+        assert "GPU Execution Accelerator will be ignored for model instance on CPU" in log
+    finally:
+        server.stop()
