@@ -128,9 +128,10 @@ def complete_config(config: dict[str, Any], inputs: dict[str, Any], outputs: dic
                 "terms of whether batching is supported"
             )
         batching = hints.pop() if hints else True
-        max_batch_size = config["max_batch_size"] = DEFAULT_MAX_BATCH_SIZE if batching else 0
+        max_batch_size = DEFAULT_MAX_BATCH_SIZE if batching else 0
         if batching and not any(k in config for k in ("dynamic_batching", "sequence_batching")):
             config["dynamic_batching"] = {}
+    config["max_batch_size"] = max_batch_size
     skip = 1 if max_batch_size > 0 else 0
     for key, found in (("input", inputs), ("output", outputs)):
         given = {t.get("name"): t for t in config.get(key, [])}
