@@ -12,7 +12,8 @@ Needs the `tensorflow` extra and perf_analyzer (/tmp/trireme-anchors/bin, from t
    `--percentile=95` at each concurrency: infer/s, p50/p95 latency and the mean batch size the server ran.
    `xla0`/`xla1` run with TF_XLA_FLAGS=--tf_xla_cpu_global_jit (on CPU XLA only clusters with that flag) and
    `optimization { graph { level: 0 | 1 } }`.
-Prints markdown tables.
+Prints markdown tables. `--overhead 3`: instead, the per-request overhead against the in-process session call
+(perf_analyzer c=1 with -b 1 and -b 4, mean latency, minus the in-process median; interleaved rounds).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,8 +46,8 @@ STEPS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
-def ceiling(graphdef: Path, threads: int) -> dict[int, float]:
-    """Median ms per TF session call in this process for batch 1 and 4."""
+def session_call(graphdef: Path, threads: int) -> Any:
+    """A callable running the GraphDef in a TF session in this process (as a one-instance worker configures it)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -56,20 +58,48 @@ def ceiling(graphdef: Path, threads: int) -> dict[int, float]:
         tf.graph_util.import_graph_def(graph_def, name="")
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
     session = tf.compat.v1.Session(graph=graph, config=config)
-    call = session.make_callable([f"{OUTPUT}:0"], ["input:0"])
+    return session.make_callable([f"{OUTPUT}:0"], ["input:0"])
+
+
+def ceiling(call: Any, runs: int = 20) -> dict[int, float]:
+    """Median ms per in-process session call for batch 1 and 4."""
     out = {}
     for batch in (1, 4):
         images = np.random.default_rng(0).random((batch, 299, 299, 3), dtype=np.float32)
         for _ in range(3):
             call(images)
         times = []
-        for _ in range(20):
+        for _ in range(runs):
             start = time.perf_counter()
             call(images)
             times.append((time.perf_counter() - start) * 1e3)
         out[batch] = statistics.median(times)
-    session.close()
     return out
+
+
+def overhead(graphdef: Path, work: Path, rounds: int, attempts: list[list[str]]) -> None:
+    """Per-request cost of serving: perf_analyzer's mean latency at c=1 (-b 1, -b 4) minus the in-process session
+    call on the same batch, in interleaved rounds (the server idles while the in-process calls run)."""
+    call = session_call(graphdef, max(1, os.cpu_count() or 1))
+    repo = work / "overhead"
+    write_config(repo, graphdef, "")
+    port = free_port()
+    proc, _ = serve(repo, port, work / "overhead.log", {})
+    diffs: dict[int, list[float]] = {1: [], 4: []}
+    try:
+        for r in range(rounds):
+            ms = ceiling(call, runs=10)
+            for batch in (1, 4):
+                row = perf_analyzer(
+                    "inception_graphdef", port, 1, attempts, work / f"o{r}-{batch}.csv", extra=["-b", str(batch)]
+                )
+                served = int(row["Avg latency"]) / 1e3
+                diffs[batch].append(served - ms[batch])
+                print(f"round {r} batch {batch}: served {served:.1f} ms, in-process {ms[batch]:.1f} ms", flush=True)
+    finally:
+        stop([proc])
+    for batch, values in diffs.items():
+        print(f"overhead per request, batch {batch}: median {statistics.median(values):.1f} ms over {rounds} rounds")
 
 
 def rss_mb(pid: int) -> float:
@@ -79,28 +109,38 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def run_step(step: str, graphdef: Path, work: Path, concurrencies: list[int], attempts: list[list[str]]) -> None:
-    extra, env = STEPS[step]
-    repo = work / step
+def write_config(repo: Path, graphdef: Path, extra: str) -> None:
+    """repo/inception_graphdef: the GraphDef (hard link) and the guide's config.pbtxt plus `extra`."""
     model_dir = repo / "inception_graphdef"
     (model_dir / "1").mkdir(parents=True)
     os.link(graphdef, model_dir / "1" / "model.graphdef")
     sys.path.insert(0, str(ROOT / "tools"))
-    import make_inception_graphdef as tool  # the guide's config.pbtxt
+    import make_inception_graphdef as tool
 
     (model_dir / "config.pbtxt").write_text(
         tool.CONFIG.format(name="inception_graphdef", max_batch_size=128, extra=extra)
     )
-    port = free_port()
-    log = work / f"{step}.log"
+
+
+def serve(repo: Path, port: int, log: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], float]:
+    """A started Trireme on repo and the seconds from its start until it was ready."""
     started = time.monotonic()
     proc = start_trireme(repo, port, log, env=env)
+    while "Started GRPCInferenceService" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() - started > 600:
+            stop([proc])
+            raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+    return proc, time.monotonic() - started
+
+
+def run_step(step: str, graphdef: Path, work: Path, concurrencies: list[int], attempts: list[list[str]]) -> None:
+    extra, env = STEPS[step]
+    repo = work / step
+    write_config(repo, graphdef, extra)
+    port = free_port()
+    proc, load_s = serve(repo, port, work / f"{step}.log", env)
     try:
-        while "Started GRPCInferenceService" not in log.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() - started > 600:
-                raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        load_s = time.monotonic() - started
         rows = []
         for c in concurrencies:
             before = inference_counts(port, "inception_graphdef")
@@ -131,6 +171,7 @@ def main() -> int:
     )
     ap.add_argument("--stability", default="-p 5000 -s 20 -r 10")
     ap.add_argument("--no-ceiling", action="store_true")
+    ap.add_argument("--overhead", type=int, default=0, metavar="ROUNDS", help="only measure the per-request overhead")
     args = ap.parse_args()
     attempts = [args.stability.split(), ["-p", "5000", "-s", "50", "-r", "6"], ["-p", "5000", "-s", "200", "-r", "3"]]
     ranges = dict(item.split("=") for item in args.concurrency.split(","))
@@ -142,8 +183,11 @@ def main() -> int:
                 [sys.executable, str(ROOT / "tools" / "make_inception_graphdef.py"), "--repo", tmp], check=True
             )
             graphdef = work / "inception_graphdef" / "1" / "model.graphdef"
+        if args.overhead:
+            overhead(graphdef, work, args.overhead, attempts)
+            return 0
         if not args.no_ceiling:
-            ms = ceiling(graphdef, max(1, os.cpu_count() or 1))
+            ms = ceiling(session_call(graphdef, max(1, os.cpu_count() or 1)))
             print(
                 f"TF in-process (one session, {os.cpu_count()} threads): batch 1 {ms[1]:.1f} ms, batch 4 {ms[4]:.1f} ms"
             )
