@@ -11,15 +11,18 @@ from typing import Any
 from protos import model_config_pb2 as mc
 from service import __version__
 from service.core.observability import trace_hooks
+from service.core.observability.llm_metrics import LlmMetrics
 from service.core.observability.log_settings import LogSettings
+from service.core.observability.otel_export import OtelExporter
 from service.core.observability.stats import ModelStats
 from service.core.observability.trace_settings import OtelSettings, TraceSettings
 from service.core.observability.tracer import Tracer
 from service.core.pipeline.admission import Admission
 from service.core.pipeline.cache_gate import CacheGate
 from service.core.pipeline.classification import classify, load_labels
-from service.core.pipeline.validation import check_model_name, parse_version, validate_request
+from service.core.pipeline.validation import check_model_name, validate_request
 from service.core.repository.repository import READY, ModelRepository, ModelVersion
+from service.core.repository.signature import parse_version
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, ResponseCallback, ShmRef
 from shm.errors import ShmError
@@ -101,10 +104,11 @@ class Engine:
         self._labels: dict[tuple[str, str], list[str]] = {}  # (model dir, label file) -> labels
         self.cache_gate: CacheGate | None = None  # set by enable_response_cache (--cache-config)
         self.tracer = Tracer(TraceSettings(), known_model=lambda name: name in repository.models)
+        self.llm_metrics = LlmMetrics()  # token metrics the OpenAI front end records
 
     def configure_tracing(self, settings: TraceSettings, otel: OtelSettings) -> None:
         """Trace requests as --trace-config says (tracing is off until then)."""
-        self.tracer = Tracer(settings, otel, known_model=self.tracer.known_model)
+        self.tracer = Tracer(settings, otel, known_model=self.tracer.known_model, make_exporter=OtelExporter)
 
     def enable_response_cache(self, budget_bytes: int) -> None:
         """Answer repeated requests of models with `response_cache { enable: true }` from a local cache."""
@@ -150,7 +154,7 @@ class Engine:
         then the instances are finalized. Unloading a model that is not loaded succeeds, as in Triton.
         """
         self._require_explicit()
-        check_model_name(name)
+        check_model_name(name, is_path=False)
         await self.repository.unload(name)
 
     # ---- health and metadata ----------------------------------------------------------------------------
@@ -210,6 +214,12 @@ class Engine:
             return self.repository.get(name, version).decoupled
         except ServiceError:
             return False
+
+    def model_location(self, name: str, version: str = "") -> tuple[str, int]:
+        """(model folder, version number) of the version a request targets (the OpenAI front end reads the
+        model's chat template and LoRA list there)."""
+        mv = self.repository.get(name, version)
+        return mv.model_dir, mv.version
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         """The normalized config."""

@@ -1,7 +1,7 @@
 """Benchmark: dynamic batching, instance groups and the pb_utils stacking helper, with the real perf_analyzer.
 
 Usage: .venv/bin/python tests/bench/bench_batching.py [--rounds 2] [--skip-perf] [--stability "-p 2000 -s 30 -r 8"]
-Needs perf_analyzer from tools/install-triton-tools.sh (/tmp/trireme-anchors/bin).
+Needs perf_analyzer from tools/install-triton-tools.sh ($TRIREME_TOOLS/bin).
 
 Scenarios, each measured in every round (interleaved, so VM speed swings hit both sides of a ratio alike):
 - `fixed5_batched` vs `fixed5_plain`: execute costs a fixed 5 ms whatever the batch size; throughput at c=8

@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python tests/bench/bench_tf_inception.py [--steps plain,batched,two,xla0,xla1] [--graphdef PATH]
        [--concurrency plain=1.2.3.4.8,batched=1.2.4.8] [--stability "-p 5000 -s 20 -r 10"]
-Needs the `tensorflow` extra and perf_analyzer (/tmp/trireme-anchors/bin, from tools/install-triton-tools.sh).
+Needs the `tensorflow` extra and perf_analyzer (tools/install-triton-tools.sh, $TRIREME_TOOLS/bin).
 
 1. The model: tools/make_inception_graphdef.py (InceptionV3, random weights) unless --graphdef gives one.
 2. The ceiling: the same GraphDef in a TF session in this process (threads as a one-instance worker gets), batch

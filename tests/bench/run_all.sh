@@ -24,6 +24,7 @@ section "Model changes under load"; run $PY tests/bench/bench_reload.py
 section "HTTP/REST front end";      run $PY tests/bench/bench_http.py --rounds 3
 section "Response cache";           run $PY tests/bench/bench_cache.py --rounds 3
 section "Tracing";                  run $PY tests/bench/bench_trace.py --rounds 3
+section "OpenAI API: batching";     run $PY tests/bench/bench_openai.py
 section "load/: trireme-perf vs perf_analyzer"
 run $PY -m load crosscheck --server trireme -m identity_fp32 --concurrency 1,4 --rounds 5 -p 3000
 echo "wrote $OUT" >&2

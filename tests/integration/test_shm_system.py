@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor, serialized_byte_size
 
@@ -358,12 +359,25 @@ def test_cuda_shared_memory_on_cpu_host(client: grpcclient.InferenceServerClient
     assert status_code(excinfo) == "StatusCode.NOT_FOUND"
 
 
-def test_client_shm_disabled(start_server: Any, region: RegionFactory) -> None:
-    server = start_server(args=["--allow-client-shm=false"])
+@pytest.mark.parametrize("args", [[], ["--allow-client-shm=false"]], ids=["default", "false"])
+def test_client_shm_disabled(start_server: Any, region: RegionFactory, args: list[str]) -> None:
+    """Off by default as in Triton 2.69+ (no flag at all), and with the flag false: the error names the flag."""
+    server = start_server(args=args, client_shm=False)
     c = grpcclient.InferenceServerClient(server.url)
+    h = httpclient.InferenceServerClient(server.http_url)
     try:
         key, _ = region(64)
         message = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+        for http_call in (
+            lambda: h.register_system_shared_memory("r", key, 64),
+            lambda: h.unregister_system_shared_memory(),
+            lambda: h.register_cuda_shared_memory("g", b"AAAA", 0, 64),
+        ):
+            with pytest.raises(InferenceServerException) as excinfo:
+                http_call()
+            assert excinfo.value.message() == message
+            assert excinfo.value.status() == "501"
+        assert h.get_system_shared_memory_status() == []
         calls = [
             lambda: c.register_system_shared_memory("r", key, 64),
             lambda: c.unregister_system_shared_memory(),
@@ -383,5 +397,6 @@ def test_client_shm_disabled(start_server: Any, region: RegionFactory) -> None:
         assert status_code(excinfo) == "StatusCode.NOT_FOUND"
     finally:
         c.close()
+        h.close()
         server.stop()
     assert not [n for n in shm_entries() if n.startswith(f"trireme_{server.proc.pid}_")]

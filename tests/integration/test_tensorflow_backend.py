@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from load.tools import tool
 from tests.conftest import ROOT, ServerProcess
 
 pytestmark = pytest.mark.skipif(
@@ -238,7 +239,7 @@ def test_bad_models_fail_their_load_with_a_message_naming_them(tf_server: Server
         client.close()
 
 
-PERF_ANALYZER = os.environ.get("PERF_ANALYZER", "/tmp/trireme-anchors/bin/perf_analyzer")
+PERF_ANALYZER = str(tool("perf_analyzer"))
 # docs/optimization.md's steps on the tiny stand-in for inception_graphdef (same tensor names and shapes)
 TINY_CONFIG = """\
 name: "{name}"

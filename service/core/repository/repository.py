@@ -21,11 +21,11 @@ from typing import Any
 from protos import model_config_pb2 as mc
 from service.core.observability.stats import ModelStats
 from service.core.observability.summaries import SummaryWindow
-from service.core.pipeline.validation import ModelSignature, parse_version
 from service.core.repository import model_config as cfg
 from service.core.repository.autocomplete import run_auto_complete
 from service.core.repository.instance_plan import instance_specs, update_instances, without_instances
-from service.core.repository.poller import ModelFiles, snapshot
+from service.core.repository.signature import ModelSignature, parse_version
+from service.core.repository.snapshots import ModelFiles, snapshot
 from service.core.repository.versions import build_signature, numeric_versions, scan_repositories, select_versions
 from service.core.repository.warmup import run_warmup
 from service.core.scheduling.ensemble import LoadBarrier
@@ -413,6 +413,15 @@ class ModelRepository:
         await asyncio.gather(*(self._stop_version(mv) for mv in mvs), return_exceptions=True)
 
     # ---- lookup -----------------------------------------------------------------------------------------
+    def ready_versions(self) -> list[tuple[dict[str, str], ModelVersion]]:
+        """(labels, model version) of every READY version, sorted by model name and version (metrics scrapes)."""
+        out = []
+        for entry in sorted(self.models.values(), key=lambda e: e.name):
+            for v, mv in sorted(entry.versions.items()):
+                if mv.state == READY:
+                    out.append(({"model": entry.name, "version": str(v)}, mv))
+        return out
+
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The version a request targets; Triton's NOT_FOUND / UNAVAILABLE errors otherwise."""
         entry = self.models.get(name)

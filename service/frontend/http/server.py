@@ -8,6 +8,7 @@ unknown path is 404 `{"error": "Not Found"}`, a known path with the wrong method
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import ssl
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from service.config.security import RestrictedApi
 from service.core.engine import Engine
@@ -28,6 +30,19 @@ from service.frontend.http.util import JSON, compress_if_asked, error_body, erro
 from service.types import InferRequest, InferResponse
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _one_line_for_bad_requests(record: logging.LogRecord) -> bool:
+    """A request the HTTP parser refuses (e.g. both Content-Length and Transfer-Encoding: chunked, which could
+    smuggle a second request) is answered 400 with the parser's reason; log that reason in one line, without the
+    traceback aiohttp attaches."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, BadHttpMessage):
+        record.msg, record.args = "refused a malformed HTTP request: %s", (" ".join(str(exc.message).split()),)
+        record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.WARNING, "WARNING"
+    return True
+
+
 _MODEL = r"/v2/models/{model}"
 _VERSIONED = (_MODEL, _MODEL + "/versions/{version:[0-9]+}")
 
@@ -52,7 +67,9 @@ class HttpFrontend:
     def __init__(self, engine: Engine, options: HttpOptions) -> None:
         self.engine = engine
         self.options = options
-        self._forward = re.compile(options.header_forward_pattern) if options.header_forward_pattern else None
+        # header names are case-insensitive: Triton matches the pattern with (?i) too
+        pattern = options.header_forward_pattern
+        self._forward = re.compile(pattern, re.IGNORECASE) if pattern else None
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -108,6 +125,7 @@ class HttpFrontend:
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     async def start(self) -> int:
+        logging.getLogger("aiohttp.server").addFilter(_one_line_for_bad_requests)
         """Bind and serve; returns the bound port (port 0 picks a free one). Raises OSError when it cannot bind."""
         opts = self.options
         family = socket.AF_INET6 if ":" in opts.address else socket.AF_INET
@@ -232,6 +250,12 @@ class HttpFrontend:
         if self._forward is not None:
             for key, value in request.headers.items():
                 if self._forward.search(key):
+                    if key.lower() in codec.RESERVED_PARAMETERS or key.lower().startswith("triton_"):
+                        # Triton 2.69: a forwarded header must not set what the protocol's own keys mean
+                        raise invalid_arg(
+                            f"HTTP header '{key}' matches --http-header-forward-pattern but \"{key}\" is a reserved "
+                            "parameter and cannot be specified."
+                        )
                     req.parameters[key] = value
         return req, choice
 
