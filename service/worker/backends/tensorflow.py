@@ -158,7 +158,10 @@ class TensorFlowBackend(BatchingBackend):
             jit.global_jit_level = jit.OFF if level < 0 else jit.DEFAULT if level == 0 else min(level, 2)
         accelerators = optimization.get("execution_accelerators", {})
         if accelerators.get("cpu_execution_accelerator"):
-            raise BackendError("CPU Execution Accelerator is not supported in TensorFlow backend")
+            raise BackendError(
+                f"unable to load model '{ctx.model_name}': CPU Execution Accelerator is not supported in TensorFlow "
+                "backend"
+            )
         gpu_accelerators = accelerators.get("gpu_execution_accelerator", [])
         if ctx.instance_kind != "GPU":
             if gpu_accelerators:  # the config says they are for GPU instances
@@ -172,9 +175,13 @@ class TensorFlowBackend(BatchingBackend):
         names = [a.get("name") for a in gpu_accelerators]
         for name in names:
             if name not in ("tensorrt", "auto_mixed_precision", "gpu_io"):
-                raise BackendError(f"unknown Execution Accelerator '{name}' is requested")
+                raise BackendError(
+                    f"unable to load model '{ctx.model_name}': unknown Execution Accelerator '{name}' is requested"
+                )
         if "tensorrt" in names and "auto_mixed_precision" in names:
-            raise BackendError("Auto mixed precision can not be set with TFTRT optimization")
+            raise BackendError(
+                f"unable to load model '{ctx.model_name}': Auto mixed precision can not be set with TFTRT optimization"
+            )
         if "tensorrt" in names:
             raise BackendError(
                 f"model '{ctx.model_name}': TF-TRT (gpu_execution_accelerator 'tensorrt') is not "
