@@ -173,7 +173,7 @@ def main() -> int:
     ap.add_argument("--no-ceiling", action="store_true")
     ap.add_argument("--overhead", type=int, default=0, metavar="ROUNDS", help="only measure the per-request overhead")
     args = ap.parse_args()
-    attempts = [args.stability.split(), ["-p", "5000", "-s", "50", "-r", "6"], ["-p", "5000", "-s", "200", "-r", "3"]]
+    attempts = [args.stability.split(), ["-p", "5000", "-s", "50", "-r", "6"], ["-p", "5000", "-s", "1000", "-r", "3"]]
     ranges = dict(item.split("=") for item in args.concurrency.split(","))
     with tempfile.TemporaryDirectory(prefix="bench-tf-") as tmp:
         work = Path(tmp)
