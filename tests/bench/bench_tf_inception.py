@@ -13,7 +13,7 @@ Needs the `tensorflow` extra and perf_analyzer (tools/install-triton-tools.sh, $
    `xla0`/`xla1` run with TF_XLA_FLAGS=--tf_xla_cpu_global_jit (on CPU XLA only clusters with that flag) and
    `optimization { graph { level: 0 | 1 } }`.
 Prints markdown tables. `--overhead 3`: instead, the per-request overhead against the in-process session call
-(perf_analyzer c=1 with -b 1 and -b 4, mean latency, minus the in-process median; interleaved rounds).
+(perf_analyzer c=1 with -b 1 and -b 4, p50 latency, minus the in-process median; interleaved rounds).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def ceiling(call: Any, runs: int = 20) -> dict[int, float]:
 
 
 def overhead(graphdef: Path, work: Path, rounds: int, attempts: list[list[str]]) -> None:
-    """Per-request cost of serving: perf_analyzer's mean latency at c=1 (-b 1, -b 4) minus the in-process session
+    """Per-request cost of serving: perf_analyzer's median latency at c=1 (-b 1, -b 4) minus the in-process session
     call on the same batch, in interleaved rounds (the server idles while the in-process calls run)."""
     call = session_call(graphdef, max(1, os.cpu_count() or 1))
     repo = work / "overhead"
@@ -93,7 +93,7 @@ def overhead(graphdef: Path, work: Path, rounds: int, attempts: list[list[str]])
                 row = perf_analyzer(
                     "inception_graphdef", port, 1, attempts, work / f"o{r}-{batch}.csv", extra=["-b", str(batch)]
                 )
-                served = int(row["Avg latency"]) / 1e3
+                served = int(row["p50 latency"]) / 1e3
                 diffs[batch].append(served - ms[batch])
                 print(f"round {r} batch {batch}: served {served:.1f} ms, in-process {ms[batch]:.1f} ms", flush=True)
     finally:
