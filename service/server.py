@@ -13,7 +13,7 @@ import grpc
 import uvloop
 
 from service.config.flags import ServerConfig
-from service.config.security import http_ssl_context
+from service.config.tls import ssl_context
 from service.core.bls import BlsServer
 from service.core.engine import Engine
 from service.core.observability.custom_metrics import CustomMetrics
@@ -132,7 +132,7 @@ class Server:
         """Load models and start listening; False when a model failed and exit-on-error is set."""
         # TLS files are checked before the models load: a wrong path fails at once, naming its flag (OSError)
         server_credentials(self.config.grpc)
-        http_ssl_context(self.config.http_tls)
+        ssl_context(self.config.http_tls)
         removed = remove_stale_segments()
         if removed:
             log.info("removed %d stale shared-memory segments of exited Trireme processes", removed)
@@ -204,7 +204,7 @@ class Server:
             reuse_port=self.config.reuse_http_port,
             shutdown_timeout_s=self.config.exit_timeout_secs,
             restricted=list(self.config.http_restricted),
-            ssl_context=http_ssl_context(self.config.http_tls),
+            ssl_context=ssl_context(self.config.http_tls),
         )
         self.http = HttpFrontend(self.engine, options)
         return await self.http.start()

@@ -7,17 +7,10 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from service.config.access import GrpcSettings, RestrictedApi, add_security_flags, check_restricted, grpc_settings
 from service.config.cli_checks import add_cli_flags, reject_unknown
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
-from service.config.security import (
-    GrpcSettings,
-    HttpTls,
-    RestrictedApi,
-    add_security_flags,
-    check_restricted,
-    grpc_settings,
-    http_tls,
-)
+from service.config.tls import TlsSettings, tls_settings
 
 log = logging.getLogger("trireme.config")
 
@@ -79,7 +72,7 @@ class ServerConfig:
     cache_bytes: int | None = None  # --cache-config local,size=N: the response cache's byte budget
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     http_restricted: list[RestrictedApi] = field(default_factory=list)
-    http_tls: HttpTls = field(default_factory=HttpTls)
+    http_tls: TlsSettings = field(default_factory=lambda: TlsSettings("http"))
     max_inflight_requests: int = 0  # server-wide bound on requests in flight (0: none)
     max_inflight_requests_per_model: int = 0  # the same bound for each model version (0: none)
     allow_http: bool = True
@@ -448,7 +441,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
         model_config_name=args.model_config_name,
         grpc=grpc_settings(args),
         http_restricted=list(args.http_restricted_api),
-        http_tls=http_tls(args),
+        http_tls=tls_settings(args, "http"),
         max_inflight_requests=max(0, args.max_inflight_requests),
         max_inflight_requests_per_model=max(0, args.max_inflight_requests_per_model),
         allow_http=args.allow_http,

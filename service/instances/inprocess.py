@@ -24,7 +24,8 @@ import numpy as np
 
 from service.errors import ErrorCode, ServiceError
 from service.instances.mode import MODE_KEY
-from service.instances.process import InstanceSpec, WorkerProcess, shm_tensor_msg
+from service.instances.process import InstanceSpec, WorkerProcess
+from service.instances.transfer import shm_tensor_msg
 from service.ipc import frames as ipc
 from service.types import InferRequest
 from service.worker.channel import WorkerChannel

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.bench.servers import free_port, inference_counts, perf_analyzer, start_trireme, stop, wait_started  # noqa: E402
+from tests.integration.models import elementwise_py  # noqa: E402
 
 SLEEP_MODEL = """
 import time
@@ -41,18 +42,7 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
                 .as_numpy())]) for r in requests]
 """
-LOOP_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.tanh(x) * 2)]))
-        return out
-"""
+LOOP_MODEL = elementwise_py("np.tanh(x) * 2", inp="IN", out="OUT")
 STACKED_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils

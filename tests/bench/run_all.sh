@@ -18,6 +18,8 @@ section "Shared memory";            run $PY tests/bench/bench_shm.py --rounds 3
 section "Arenas that grow";         run $PY tests/bench/bench_arena_growth.py --size-mib 64 --rounds 3
 section "Scheduler";                run $PY tests/bench/bench_batching.py --rounds 3
 section "Framework backends";       run $PY tests/bench/bench_torch.py --rounds 3
+section "Tree models (fil backend)"; run $PY tests/bench/bench_fil_engines.py; run $PY tests/bench/bench_fil.py --rounds 1
+section "ONNX with and without OpenVINO"; run $PY tests/bench/bench_openvino.py --rounds 1
 section "BLS";                      run $PY tests/bench/bench_bls.py --rounds 3
 section "Metrics endpoint";         run $PY tests/bench/bench_metrics.py --pairs 20
 section "Model changes under load"; run $PY tests/bench/bench_reload.py

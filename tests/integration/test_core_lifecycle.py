@@ -14,14 +14,11 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_example, shm_entries, write_model
+from tests.integration.models import python_config
 
-CRASHY_CONFIG = """
-    name: "crashy"
-    backend: "python"
-    max_batch_size: 4
-    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-"""
+CRASHY_CONFIG = python_config(
+    "crashy", [("INPUT0", "TYPE_FP32", [1])], [("OUTPUT0", "TYPE_FP32", [1])], max_batch_size=4
+)
 
 # INPUT0 == 1: os._exit; == 2: segfault; == 3: sleep 2 s (to be killed); else identity.
 # Every start after the first sleeps 1.5 s in initialize, so a restart is observable from the outside.

@@ -17,22 +17,13 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ServerProcess, copy_example, running_server, write_model
+from tests.integration import models
+from tests.integration.models import python_config
 
-IDENTITY4 = """
-name: "identity4"
-backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-"""
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0")
-                .as_numpy())]) for r in requests]
-"""
+IDENTITY4 = python_config(
+    "identity4", [("INPUT0", "TYPE_FP32", [4])], [("OUTPUT0", "TYPE_FP32", [4])], max_batch_size=8
+)
+IDENTITY_PY = models.IDENTITY_PY
 
 
 @pytest.fixture(scope="module")

@@ -19,17 +19,9 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ServerProcess, copy_example, running_server, write_model
 from tests.integration.metrics_scrape import scrape
+from tests.integration.models import elementwise_py
 
-HOLD_MODEL = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(0.3)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
-                .as_numpy())]) for r in requests]
-"""
+HOLD_MODEL = elementwise_py(inp="IN", out="OUT", setup="time.sleep(0.3)")
 
 STREAM_MODEL = """
 import numpy as np
@@ -71,13 +63,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     args = ["--metrics-config", "summary_latencies=true", "--metrics-config", "histogram_latencies=true"]
     with running_server([repo], tmp_path_factory.mktemp("log") / "server.log", args) as srv:
         yield srv
-
-
-@pytest.fixture
-def client(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    c = grpcclient.InferenceServerClient(server.url)
-    yield c
-    c.close()
 
 
 def _fp32(name: str, data: np.ndarray) -> grpcclient.InferInput:

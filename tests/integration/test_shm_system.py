@@ -17,29 +17,11 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor, serialized_byte_size
 
 from tests.conftest import ServerProcess, copy_example, running_server, shm_entries, write_model
+from tests.integration.models import elementwise_py, python_config
 
 # A model that takes 0.5 s: lets a test unregister a region while a request that uses it is running.
-SLOW_MODEL = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(0.5)
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 2)]
-            )
-            for r in requests
-        ]
-"""
-SLOW_CONFIG = """
-name: "slow_double"
-backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"""
+SLOW_MODEL = elementwise_py("x * 2", setup="time.sleep(0.5)")
+SLOW_CONFIG = python_config("slow_double", max_batch_size=8)
 CRASH_MODEL = """
 import os
 import triton_python_backend_utils as pb_utils

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from service.config.security import RestrictedApi
+from service.config.access import RestrictedApi
 from service.core.engine import Engine
 from service.core.repository.model_config import to_json_dict
 from service.errors import ErrorCode, ServiceError, invalid_arg

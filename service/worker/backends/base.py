@@ -285,6 +285,8 @@ BACKENDS: dict[str, str] = {
     "pytorch": "service.worker.backends.pytorch:TorchBackend",
     "onnxruntime": "service.worker.backends.onnxruntime:OnnxBackend",
     "tensorrt": "service.worker.backends.tensorrt:TensorRTBackend",
+    "fil": "service.worker.backends.fil:FilBackend",
+    "openvino": "service.worker.backends.openvino:OpenVINOBackend",
     "tensorflow": "service.worker.backends.tensorflow:TensorFlowBackend",
 }
 
