@@ -11,7 +11,8 @@ Needs the `tensorflow` extra and perf_analyzer (tools/install-triton-tools.sh, $
    the step's lines): load time (server start to ready), the worker's RSS after the run, and perf_analyzer
    `--percentile=95` at each concurrency: infer/s, p50/p95 latency and the mean batch size the server ran.
    `xla0`/`xla1` run with TF_XLA_FLAGS=--tf_xla_cpu_global_jit (on CPU XLA only clusters with that flag) and
-   `optimization { graph { level: 0 | 1 } }`.
+   `optimization { graph { level: 0 | 1 } }`. `onnx` / `onnx_openvino` serve `--onnx` (the same network
+   converted with tf2onnx) on onnxruntime without and with the guide's OpenVINO accelerator.
 Prints markdown tables. `--overhead 3`: instead, the per-request overhead against the in-process session call
 (perf_analyzer c=1 with -b 1 and -b 4, p50 latency, minus the in-process median; interleaved rounds).
 """
@@ -43,7 +44,19 @@ STEPS: dict[str, tuple[str, dict[str, str]]] = {
     "batched_two": ("dynamic_batching { }\ninstance_group [ { count: 2 } ]\n", {}),
     "xla0": ("optimization { graph { level: 0 } }\n", {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit"}),
     "xla1": ("optimization { graph { level: 1 } }\n", {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit"}),
+    # the same network as ONNX (--onnx; tf2onnx keeps TF's tensor names, ':0' included)
+    "onnx": ("", {}),
+    "onnx_openvino": (
+        'optimization { execution_accelerators { cpu_execution_accelerator : [ { name : "openvino" } ] } }\n',
+        {},
+    ),
 }
+ONNX_CONFIG = """name: "inception_graphdef"
+platform: "onnxruntime_onnx"
+max_batch_size: 128
+input [ { name: "input:0" data_type: TYPE_FP32 dims: [ 299, 299, 3 ] } ]
+output [ { name: "InceptionV3/Predictions/Softmax:0" data_type: TYPE_FP32 dims: [ 1001 ] } ]
+"""
 
 
 def session_call(graphdef: Path, threads: int) -> Any:
@@ -109,10 +122,15 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def write_config(repo: Path, graphdef: Path, extra: str) -> None:
-    """repo/inception_graphdef: the GraphDef (hard link) and the guide's config.pbtxt plus `extra`."""
+def write_config(repo: Path, graphdef: Path, extra: str, onnx: Path | None = None) -> None:
+    """repo/inception_graphdef: the GraphDef (hard link) and the guide's config.pbtxt plus `extra` (with `onnx`:
+    that ONNX file under the same model name)."""
     model_dir = repo / "inception_graphdef"
     (model_dir / "1").mkdir(parents=True)
+    if onnx is not None:
+        os.link(onnx, model_dir / "1" / "model.onnx")
+        (model_dir / "config.pbtxt").write_text(ONNX_CONFIG + extra)
+        return
     os.link(graphdef, model_dir / "1" / "model.graphdef")
     sys.path.insert(0, str(ROOT / "tools"))
     import make_inception_graphdef as tool
@@ -134,10 +152,12 @@ def serve(repo: Path, port: int, log: Path, env: dict[str, str]) -> tuple[subpro
     return proc, time.monotonic() - started
 
 
-def run_step(step: str, graphdef: Path, work: Path, concurrencies: list[int], attempts: list[list[str]]) -> None:
+def run_step(
+    step: str, graphdef: Path, work: Path, concurrencies: list[int], attempts: list[list[str]], onnx: Path | None
+) -> None:
     extra, env = STEPS[step]
     repo = work / step
-    write_config(repo, graphdef, extra)
+    write_config(repo, graphdef, extra, onnx if step.startswith("onnx") else None)
     port = free_port()
     proc, load_s = serve(repo, port, work / f"{step}.log", env)
     try:
@@ -171,6 +191,7 @@ def main() -> int:
     )
     ap.add_argument("--stability", default="-p 5000 -s 20 -r 10")
     ap.add_argument("--no-ceiling", action="store_true")
+    ap.add_argument("--onnx", type=Path, help="the model as ONNX (tf2onnx), for the steps onnx and onnx_openvino")
     ap.add_argument("--overhead", type=int, default=0, metavar="ROUNDS", help="only measure the per-request overhead")
     args = ap.parse_args()
     attempts = [args.stability.split(), ["-p", "5000", "-s", "50", "-r", "6"], ["-p", "5000", "-s", "1000", "-r", "3"]]
@@ -193,7 +214,7 @@ def main() -> int:
             )
         for step in args.steps.split(","):
             concurrencies = [int(v) for v in ranges.get(step, ranges["default"]).split(".")]
-            run_step(step, graphdef, work, concurrencies, attempts)
+            run_step(step, graphdef, work, concurrencies, attempts, args.onnx)
     return 0
 
 
