@@ -168,17 +168,25 @@ class Engine:
         """(name, version, extensions)."""
         return SERVER_NAME, __version__, list(EXTENSIONS)
 
-    def model_ready(self, name: str, version: str = "") -> bool:
-        """True if that version (or some version) is ready; NOT_FOUND for unknown models."""
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        """True if that version (or some version) is ready; NOT_FOUND for unknown models.
+
+        Ready also needs every instance's own readiness check to agree (a Python model's optional
+        is_model_ready(), asked on each probe with a 5 s limit, as Triton does); inference is not affected."""
         entry = self.repository.models.get(name)
         if entry is None:
             raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
         try:
-            return self.repository.get(name, version).ready
+            mv = self.repository.get(name, version)
         except ServiceError as e:
             if e.code == ErrorCode.INVALID_ARG:
                 raise
             return False
+        if not mv.ready:
+            return False
+        workers = list(mv.pool.workers) if mv.pool is not None else []
+        checks = [w.check_ready() for w in workers if w.readiness.has_fn]
+        return all(await asyncio.gather(*checks)) if checks else True
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
         """Inputs/outputs with batch dims, versions, platform."""

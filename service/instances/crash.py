@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from service.errors import ErrorCode, ServiceError
+from service.instances.readiness import ReadinessProbe
 from service.instances.spec import InstanceSpec
 from service.instances.transfer import _Inflight
 from service.ipc import frames as ipc
@@ -25,6 +26,7 @@ class CrashHandling:
     on_exit: Callable[[Any], None] | None
     _closed: asyncio.Future[None]
     _startup: asyncio.Future[Any] | None
+    readiness: ReadinessProbe
     _reap_task: asyncio.Task[None] | None
     spec: InstanceSpec
 
@@ -35,6 +37,7 @@ class CrashHandling:
         """The worker exited or crashed: stop using it now; fail its requests once its exit status is known."""
         was_alive = self.alive
         self.alive = False
+        self.readiness.lost()
         if not self._closed.done():
             self._closed.set_result(None)
         if self._startup is not None and not self._startup.done():

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from service.errors import ErrorCode, ServiceError
+from service.instances.readiness import ReadinessProbe
 from service.instances.spec import InstanceSpec
 from service.instances.transfer import _Inflight
 from service.ipc import frames as ipc
@@ -58,6 +59,7 @@ class FrameDispatch:
     message_handlers: dict[type, Callable[[Any], None]]
     _startup: asyncio.Future[Any] | None
     _idle: asyncio.Future[None] | None
+    readiness: ReadinessProbe
     spec: InstanceSpec
 
     def _check_idle(self) -> None:
@@ -76,6 +78,8 @@ class FrameDispatch:
                 on_done(self, message)
             if self._idle is not None:
                 self._check_idle()
+        elif isinstance(message, ipc.ReadyReply):
+            self.readiness.on_reply(message)
         elif isinstance(message, ipc.Ready | ipc.Failed):
             if self._startup is not None and not self._startup.done():
                 self._startup.set_result(message)
@@ -103,6 +107,7 @@ class FrameDispatch:
             resp.parameters = msg.parameters
         if msg.error_code >= 0:
             resp.error = ServiceError(ErrorCode(msg.error_code), msg.error)
+            resp.model_error = msg.model_error  # returned by the model: a success for statistics
         elif msg.null:
             resp.null = True
         else:

@@ -20,6 +20,7 @@ from typing import Any
 from service.errors import ErrorCode, ServiceError
 from service.instances.crash import CrashHandling
 from service.instances.dispatch import FrameDispatch, _WorkerProtocol
+from service.instances.readiness import ReadinessProbe
 from service.instances.spawn import spawn_worker
 from service.instances.spec import InstanceSpec
 from service.instances.transfer import ArenaTransfer, _Inflight
@@ -61,6 +62,7 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
         self._backlog: deque[tuple[ipc.Execute, list[tuple[memoryview, Any]]]] = deque()  # frames waiting on copies
         self.bytes_copied = 0  # input payload bytes copied to this worker, arena or inline (zero-copy accounting)
         self.message_handlers: dict[type, Callable[[Any], None]] = {}
+        self.readiness = ReadinessProbe(self.send_side, spec.instance_name)  # the model's own is_model_ready()
         if spec.attach is not None:
             spec.attach(self)
 
@@ -112,6 +114,7 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
                 ) from None
             if isinstance(reply, ipc.Failed):
                 raise ServiceError(ErrorCode.INTERNAL, reply.message)
+            self.readiness.has_fn = reply.ready_fn
         except BaseException:
             await self.kill()
             raise
@@ -245,6 +248,17 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
     def cancel(self, requests: list[InferRequest]) -> None:
         """Mark running requests cancelled inside the worker (pb_utils is_cancelled())."""
         rids = [rid for rid, rec in self.inflight.items() if rec.request in requests]
-        if rids and self.alive and self.cancel_sock is not None:
-            with contextlib.suppress(BlockingIOError, OSError):
-                self.cancel_sock.send(ipc.encode(ipc.Cancel(rids)))
+        if rids:
+            with contextlib.suppress(ConnectionError):  # not running: nothing to flag
+                self.send_side(ipc.Cancel(rids))
+
+    def send_side(self, message: Any) -> None:
+        """A message the worker handles at once, even while execute() runs (its side socket's reader thread)."""
+        if not self.alive or self.cancel_sock is None:
+            raise ConnectionError(f"model instance '{self.spec.instance_name}' is not running")
+        with contextlib.suppress(BlockingIOError, OSError):
+            self.cancel_sock.send(ipc.encode(message))
+
+    async def check_ready(self) -> bool:
+        """Alive, and the model's own readiness check (if it has one) says ready."""
+        return self.alive and await self.readiness.check()

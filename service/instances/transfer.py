@@ -40,6 +40,7 @@ def shm_tensor_msg(name: str, datatype: str, shape: list[int], ref: ShmRef) -> i
         key=ref.key,
         handle=ref.raw_handle,
         device=ref.device_id,
+        path=ref.path,
     )
 
 

@@ -117,11 +117,15 @@ class TritonPythonModel:
             errors = []
             if params.get("async"):
                 async for reply in await call.async_exec(decoupled=True):
+                    if not reply.output_tensors():  # the final, flags-only response (Triton yields it too)
+                        continue
                     parts.append(pb_utils.get_output_tensor_by_name(reply, "OUTPUT0").as_numpy().copy())
             else:
                 for reply in call.exec(decoupled=True):
                     if reply.has_error():
                         errors.append(reply.error().message())
+                        continue
+                    if not reply.output_tensors():
                         continue
                     parts.append(pb_utils.get_output_tensor_by_name(reply, "OUTPUT0").as_numpy().copy())
             if errors:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
@@ -84,6 +85,8 @@ def test_crashing_stub_fails_only_its_request_and_restarts(
     assert "Stub process 'crashy_0_0' is not healthy" in info.value.message()
     # the restart takes >= 1.5 s: meanwhile the model is not ready, the server and other models still serve
     assert not client.is_model_ready("crashy")
+    assert not client.is_server_ready()  # its only instance is dead: /v2/health/ready too, as Triton 2.73
+    assert requests.get(f"http://{server.http_url}/v2/health/ready", timeout=10).status_code == 400
     assert client.is_server_live()
     ones = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
     ones.set_data_from_numpy(np.ones((1, 16), np.float32))

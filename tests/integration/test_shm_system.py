@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -382,3 +384,75 @@ def test_client_shm_disabled(start_server: Any, region: RegionFactory, args: lis
         h.close()
         server.stop()
     assert not [n for n in shm_entries() if n.startswith(f"trireme_{server.proc.pid}_")]
+
+
+def truncate(key: str, size: int) -> None:
+    """What a misbehaving client does to its own region after registering it."""
+    fd = os.open(f"/dev/shm/{key.lstrip('/')}", os.O_RDWR)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def test_truncated_region_is_refused_and_nothing_dies(
+    server: ServerProcess, client: grpcclient.InferenceServerClient, region: RegionFactory
+) -> None:
+    key, handle = region(65536)
+    shm.set_shared_memory_region(handle, [np.ones(4, np.float32)], offset=32768)
+    shm.set_shared_memory_region(handle, [np.array([b"abc"], dtype=np.object_)], offset=40000)
+    client.register_system_shared_memory("shrunk", key, 65536)
+    b = grpcclient.InferInput("INPUT1", [4], "FP32")
+    b.set_data_from_numpy(np.zeros(4, np.float32))
+    far = shm_input("INPUT0", [4], "FP32", "shrunk", 16, offset=32768)
+    client.infer("add_sub", [far, b])  # the worker maps the whole 64 KiB segment
+    workers = sorted(server.worker_pids())
+    truncate(key, 4096)
+
+    def refused(model: str, inputs: list[Any], outputs: list[Any] | None = None) -> str:
+        with pytest.raises(InferenceServerException) as excinfo:
+            client.infer(model, inputs, outputs=outputs)
+        assert status_code(excinfo) == "StatusCode.INVALID_ARGUMENT"
+        return excinfo.value.message()
+
+    def message(offset: int, nbytes: int) -> str:
+        return (
+            f"Invalid shared memory region: 'shrunk': shared memory object '{key}' holds 4096 bytes, too few for "
+            f"{nbytes} bytes at offset {offset}: it was truncated after registration"
+        )
+
+    assert refused("add_sub", [far, b]) == message(32768, 16)
+    bytes_in = shm_input("INPUT0", [1, 1], "BYTES", "shrunk", 7, offset=40000)  # the server parses these itself
+    assert refused("identity_bytes", [bytes_in]) == message(40000, 7)
+    near = shm_input("INPUT0", [4], "FP32", "shrunk", 16)
+    assert refused("add_sub", [near, b], [shm_output("OUTPUT0", "shrunk", 16, offset=49152)]) == message(49152, 16)
+    # the part that is still there serves, from the same workers and server
+    shm.set_shared_memory_region(handle, [np.full(4, 2.0, np.float32)])
+    out = client.infer("add_sub", [near, b], outputs=[shm_output("OUTPUT0", "shrunk", 16, offset=1024)])
+    assert out.get_output("OUTPUT0") is not None
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [4], offset=1024), np.full(4, 2.0))
+    assert server.proc.poll() is None
+    assert sorted(server.worker_pids()) == workers
+    client.unregister_system_shared_memory("shrunk")
+
+
+def test_a_region_whose_key_was_unlinked_keeps_serving(
+    server: ServerProcess, client: grpcclient.InferenceServerClient
+) -> None:
+    """Create, register, unlink (so nothing leaks if the client dies): Triton keeps serving the region, as the
+    server mapped it; so must the worker, which maps it later (it opens the object the server registered)."""
+    key = f"/trireme_test_{uuid.uuid4().hex[:12]}"
+    handle = shm.create_shared_memory_region(key.lstrip("/"), key, 64)
+    try:
+        shm.set_shared_memory_region(handle, [np.arange(4, dtype=np.float32)])
+        client.register_system_shared_memory("unlinked", key, 64)
+        os.unlink(f"/dev/shm/{key.lstrip('/')}")
+        b = grpcclient.InferInput("INPUT1", [4], "FP32")
+        b.set_data_from_numpy(np.ones(4, np.float32))
+        inputs = [shm_input("INPUT0", [4], "FP32", "unlinked", 16), b]
+        client.infer("add_sub", inputs, outputs=[shm_output("OUTPUT0", "unlinked", 16, offset=32)])
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [4], offset=32), np.arange(4) + 1)
+        client.unregister_system_shared_memory("unlinked")
+    finally:
+        with contextlib.suppress(Exception):
+            shm.destroy_shared_memory_region(handle)

@@ -55,7 +55,7 @@ def _request(x: np.ndarray) -> InferRequest:
 
 def test_infer_metadata_and_readiness(tmp_path: Path) -> None:
     async def test(engine: Engine) -> None:
-        assert engine.server_ready() and engine.model_ready("double") and not engine.is_decoupled("double")
+        assert engine.server_ready() and await engine.model_ready("double") and not engine.is_decoupled("double")
         meta = engine.model_metadata("double")
         assert meta.versions == ["1"] and [t.name for t in meta.inputs] == ["IN"]
         response = await engine.infer(_request(np.arange(3, dtype=np.float32)))

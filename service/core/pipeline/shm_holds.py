@@ -60,7 +60,7 @@ class ShmHolds:
         except ShmError as e:
             raise ServiceError(ErrorCode[e.code], e.message) from None
         held.append(r)
-        return ShmRef(r.name, r.kind, r.key, r.offset, r.byte_size, r.device_id, r.raw_handle)
+        return ShmRef(r.name, r.kind, r.key, r.offset, r.byte_size, r.device_id, r.raw_handle, r.path)
 
     def check_bytes(self, request: InferRequest) -> None:
         """BYTES inputs in system shm: every length prefix must fit and the elements must fill byte_size."""

@@ -214,7 +214,7 @@ class InstanceScheduler(Scheduler):
 
         def on_response(response: InferResponse) -> None:
             nonlocal request
-            if response.error is not None and not track.failed:
+            if response.error is not None and not response.model_error and not track.failed:
                 track.failed = True
                 track.error = response.error
             if first is not None and not track.responded and not response.null:
@@ -301,7 +301,11 @@ class InstanceScheduler(Scheduler):
 
     def _record(self, batch: list[InferRequest], done: ipc.ExecDone) -> None:
         size = sum(r.batch_size for r in batch)
-        self.stats.record_execution(size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns)
+        # nv_inference_count leaves out the requests the execution failed, as Triton's does
+        ok = sum(r.batch_size for r in batch if r.context is None or not r.context.failed)
+        self.stats.record_execution(
+            size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns, inferences=ok
+        )
         for req in batch:
             track: Any = req.context
             if req.trace is not None and track is not None:

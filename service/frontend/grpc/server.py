@@ -101,7 +101,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         async with aborting(context):
-            return pb.ModelReadyResponse(ready=self.engine.model_ready(request.name, request.version))
+            return pb.ModelReadyResponse(ready=await self.engine.model_ready(request.name, request.version))
 
     async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
         name, version, extensions = self.engine.server_metadata()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
+from aiohttp.web_protocol import RequestPayloadError
 
 from service.config.access import RestrictedApi
 from service.core.engine import Engine
@@ -26,6 +27,7 @@ from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.http import admin as http_admin
 from service.frontend.http import codec
 from service.frontend.http import generate as http_generate
+from service.frontend.http.protocol import use_failing_payloads
 from service.frontend.http.util import JSON, compress_if_asked, error_body, error_response, json_response, read_body
 from service.types import InferRequest, InferResponse
 
@@ -37,7 +39,10 @@ def _one_line_for_bad_requests(record: logging.LogRecord) -> bool:
     smuggle a second request) is answered 400 with the parser's reason; log that reason in one line, without the
     traceback aiohttp attaches."""
     exc = record.exc_info[1] if record.exc_info else None
-    if isinstance(exc, BadHttpMessage):
+    if isinstance(exc, RequestPayloadError):  # the rest of an answered request's body does not decode
+        record.msg, record.args = "dropped an undecodable HTTP request body: %s", (" ".join(str(exc).split()),)
+        record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.WARNING, "WARNING"
+    elif isinstance(exc, BadHttpMessage):
         record.msg, record.args = "refused a malformed HTTP request: %s", (" ".join(str(exc.message).split()),)
         record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.WARNING, "WARNING"
     return True
@@ -114,6 +119,10 @@ class HttpFrontend:
                 return web.Response(body=error_body(message), status=403, content_type=JSON)
             try:
                 return await handler(request)
+            except ConnectionResetError:  # the client went away while its body was read: nobody to answer
+                return web.Response(body=error_body("client closed the connection"), status=400, content_type=JSON)
+            except RequestPayloadError as e:  # the body stopped parsing after the handler started
+                return web.Response(body=error_body(f"malformed HTTP request body: {e}"), status=400, content_type=JSON)
             except Exception as e:
                 return error_response(e)
 
@@ -134,6 +143,7 @@ class HttpFrontend:
             self.build_app(), access_log=None, handle_signals=False, shutdown_timeout=opts.shutdown_timeout_s
         )
         await self._runner.setup()
+        use_failing_payloads(self._runner)
         await web.SockSite(self._runner, sock, backlog=1024, ssl_context=opts.ssl_context).start()
         self.port = int(sock.getsockname()[1])
         return self.port
@@ -161,7 +171,7 @@ class HttpFrontend:
     async def model_ready(self, request: web.Request) -> web.Response:
         """200 when that model version is ready; 400 when not, 404 for an unknown model."""
         mi = request.match_info
-        if self.engine.model_ready(mi["model"], mi.get("version", "")):
+        if await self.engine.model_ready(mi["model"], mi.get("version", "")):
             return web.Response(status=200)
         return web.Response(body=error_body("Model version not ready"), status=400, content_type=JSON)
 

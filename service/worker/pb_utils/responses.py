@@ -62,7 +62,8 @@ def _deliver(worker_request: Any, response: InferenceResponse | None, final: boo
         return
     err = response.error()
     if err is not None:
-        worker_request.respond(None, (err.code(), err.message()), final, response._parameters or None)
+        # an error response the model returned: statistics count the request as a success (as Triton)
+        worker_request.respond(None, (err.code(), err.message()), final, response._parameters or None, True)
         return
     outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
     worker_request.respond(outputs, None, final, response._parameters or None)
