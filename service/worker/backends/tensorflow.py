@@ -44,14 +44,14 @@ _TRUE = ("true", "1", "yes", "on")
 _INDEX = re.compile(r"^(.*):(\d+)$")
 
 
-def _tf() -> Any:
+def _tf(model: str) -> Any:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # fewer INFO lines; TF_CPP_MIN_LOG_LEVEL=0 shows them all
     try:
         import tensorflow as tf
     except ImportError as e:
         raise BackendError(
-            f"the tensorflow backend needs the 'tensorflow' package (pip install 'trireme[tensorflow]'), which is "
-            f"not installed in the worker's environment ({e})"
+            f"unable to load model '{model}': the tensorflow backend needs the 'tensorflow' package (pip install "
+            f"'trireme[tensorflow]'), which is not installed in the worker's environment ({e})"
         ) from None
     return tf
 
@@ -89,7 +89,7 @@ class TensorFlowBackend(BatchingBackend):
         path = os.path.join(version_dir, config.get("default_model_filename") or DEFAULT_FILES[SAVEDMODEL])
         if not os.path.isdir(path):
             return config  # the load reports the missing model file
-        tf = _tf()
+        tf = _tf(name)
         meta = read_meta_graph(tf, path, config_parameter(config, "TF_GRAPH_TAG") or DEFAULT_TAG, name)
         _, signature = pick_signature(meta, config_parameter(config, "TF_SIGNATURE_DEF"), name)
         inputs, outputs = signature_io(tf, signature)
@@ -115,7 +115,7 @@ class TensorFlowBackend(BatchingBackend):
                 f"unable to load model '{ctx.model_name}': unable to find '{path}' for model instance "
                 f"'{ctx.instance_name}'"
             )
-        self.tf = _tf()
+        self.tf = _tf(ctx.model_name)
         session_config = self._session_config()
         if platform == GRAPHDEF:
             self._load_graphdef(path, session_config)
