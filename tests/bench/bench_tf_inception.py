@@ -12,7 +12,8 @@ Needs the `tensorflow` extra and perf_analyzer (tools/install-triton-tools.sh, $
    `--percentile=95` at each concurrency: infer/s, p50/p95 latency and the mean batch size the server ran.
    `xla0`/`xla1` run with TF_XLA_FLAGS=--tf_xla_cpu_global_jit (on CPU XLA only clusters with that flag) and
    `optimization { graph { level: 0 | 1 } }`. `onnx` / `onnx_openvino` serve `--onnx` (the same network
-   converted with tf2onnx) on onnxruntime without and with the guide's OpenVINO accelerator.
+   converted with tf2onnx) on onnxruntime without and with the guide's OpenVINO accelerator. `host_policy`: the
+   guide's `--host-policy=gpu_0,numa-node=0 --host-policy=gpu_0,cpu-cores=...` (core 1 here) for the instance.
 Prints markdown tables. `--overhead 3`: instead, the per-request overhead against the in-process session call
 (perf_analyzer c=1 with -b 1 and -b 4, p50 latency, minus the in-process median; interleaved rounds).
 """
@@ -46,11 +47,14 @@ STEPS: dict[str, tuple[str, dict[str, str]]] = {
     "xla1": ("optimization { graph { level: 1 } }\n", {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit"}),
     # the same network as ONNX (--onnx; tf2onnx keeps TF's tensor names, ':0' included)
     "onnx": ("", {}),
+    # the guide's NUMA step; this VM has one node and cores 0-1: pinning the instance to core 1 shows its effect
+    "host_policy": ('instance_group [ { count: 1 kind: KIND_CPU host_policy: "gpu_0" } ]\n', {}),
     "onnx_openvino": (
         'optimization { execution_accelerators { cpu_execution_accelerator : [ { name : "openvino" } ] } }\n',
         {},
     ),
 }
+HOST_POLICY_ARGS = ["--host-policy=gpu_0,numa-node=0", "--host-policy=gpu_0,cpu-cores=1"]
 ONNX_CONFIG = """name: "inception_graphdef"
 platform: "onnxruntime_onnx"
 max_batch_size: 128
@@ -140,10 +144,12 @@ def write_config(repo: Path, graphdef: Path, extra: str, onnx: Path | None = Non
     )
 
 
-def serve(repo: Path, port: int, log: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], float]:
+def serve(
+    repo: Path, port: int, log: Path, env: dict[str, str], args: list[str] | None = None
+) -> tuple[subprocess.Popen[bytes], float]:
     """A started Trireme on repo and the seconds from its start until it was ready."""
     started = time.monotonic()
-    proc = start_trireme(repo, port, log, env=env)
+    proc = start_trireme(repo, port, log, env=env, extra_args=args or [])
     while "Started GRPCInferenceService" not in log.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() - started > 600:
             stop([proc])
@@ -159,7 +165,8 @@ def run_step(
     repo = work / step
     write_config(repo, graphdef, extra, onnx if step.startswith("onnx") else None)
     port = free_port()
-    proc, load_s = serve(repo, port, work / f"{step}.log", env)
+    args = HOST_POLICY_ARGS if step == "host_policy" else []
+    proc, load_s = serve(repo, port, work / f"{step}.log", env, args)
     try:
         rows = []
         for c in concurrencies:

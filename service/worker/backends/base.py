@@ -273,8 +273,13 @@ def instance_count(config: dict[str, Any]) -> int:
 
 
 def default_thread_count(config: dict[str, Any]) -> int:
-    """Threads per instance so that all of the model's instances together use each core about once."""
-    return max(1, (os.cpu_count() or 1) // instance_count(config))
+    """Threads per instance so that all of the model's instances together use each core about once: the cores this
+    process may run on (a host policy's cpu-cores pins the worker before the model loads)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity API (macOS)
+        cores = os.cpu_count() or 1
+    return max(1, cores // instance_count(config))
 
 
 def visible_gpu_count() -> int:
