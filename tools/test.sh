@@ -26,6 +26,9 @@ step "pip: onnx and onnxruntime for the onnxruntime backend tests"
 step "pip: the fil and openvino extras (tree models, OpenVINO; about 10 s from a warm pip cache)"
 .venv/bin/python -m pip install -q -e ".[fil,openvino]" 2>/dev/null \
   || echo "note: the fil/openvino extras are not installable here; their tests are skipped"
+step "pip: the tensorflow extra (tensorflow-cpu: a 274 MB wheel, about 25 s to install from a local copy)"
+.venv/bin/python -m pip install -q -e ".[tensorflow]" 2>/dev/null \
+  || echo "note: tensorflow-cpu not installable here; tensorflow backend tests will be skipped"
 # real perf_analyzer + Triton 2.51 for the compatibility tests (tools/install-triton-tools.sh, into $TRIREME_TOOLS,
 # default ~/.cache/trireme/tools; those tests skip when the tools cannot be installed here).
 # TRIREME_SKIP_ANCHORS=1 skips the download.

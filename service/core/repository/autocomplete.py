@@ -29,6 +29,11 @@ def needs_auto_complete(config: mc.ModelConfig, version_dir: str, backend_dir: s
                 return "auto_complete_config" in f.read()
         except OSError:
             return False
+    if config.platform == "tensorflow_savedmodel":  # also completes tensors given without data_type or dims
+        incomplete = any(not t.data_type or not t.dims for t in config.input) or any(
+            not t.data_type or not t.dims for t in config.output
+        )
+        return not config.input or not config.output or incomplete
     return config.backend in ("onnxruntime", "tensorrt", "pytorch", "openvino") and (
         not config.input or not config.output
     )

@@ -40,6 +40,8 @@ FILE_BACKENDS: list[tuple[str, str, str]] = [
     ("model.plan", "tensorrt", "tensorrt_plan"),
     ("model.onnx", "onnxruntime", "onnxruntime_onnx"),
     ("model.pt", "pytorch", "pytorch_libtorch"),
+    ("model.savedmodel", "tensorflow", "tensorflow_savedmodel"),
+    ("model.graphdef", "tensorflow", "tensorflow_graphdef"),
     ("model.py", "python", ""),
 ]
 _INT64_TYPES = (FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64)
@@ -94,12 +96,28 @@ def fill_backend(config: mc.ModelConfig, model_dir: str, versions: list[int]) ->
         config.platform = "onnxruntime_onnx"
     if config.backend == "tensorrt" and not config.platform:
         config.platform = "tensorrt_plan"
+    if config.backend == "tensorflow" and not config.platform:
+        config.platform = _tensorflow_platform(config, model_dir, versions)
     if not config.default_model_filename:
         if config.platform in PLATFORM_BACKENDS:
             config.default_model_filename = PLATFORM_BACKENDS[config.platform][1]
         elif config.backend:
             # "" for other backends (Python-based ones, --backend-directory), as Triton's ModelConfig shows
             config.default_model_filename = BACKEND_FILES.get(config.backend, "")
+
+
+def _tensorflow_platform(config: mc.ModelConfig, model_dir: str, versions: list[int]) -> str:
+    """Triton's rule for `backend: "tensorflow"` without a platform: the file name, else what the version holds."""
+    for platform in ("tensorflow_savedmodel", "tensorflow_graphdef"):
+        if config.default_model_filename == PLATFORM_BACKENDS[platform][1]:
+            return platform
+    for version in versions[:1]:
+        vdir = os.path.join(model_dir, str(version))
+        if os.path.isfile(os.path.join(vdir, "model.graphdef")):
+            return "tensorflow_graphdef"
+        if os.path.isdir(os.path.join(vdir, "model.savedmodel")):
+            return "tensorflow_savedmodel"
+    return ""
 
 
 def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int = 0) -> None:

@@ -140,6 +140,13 @@ class BatchingBackend(Backend):
         self.max_batch_size = int(context.config.get("max_batch_size", 0) or 0)
         self.config_inputs: list[dict[str, Any]] = list(context.config.get("input", []))
         self.config_outputs: list[dict[str, Any]] = list(context.config.get("output", []))
+        # config `reshape`: the model sees reshape.shape where clients see dims (Triton does this in its core)
+        self.input_reshape = {
+            t["name"]: [int(d) for d in t["reshape"].get("shape", [])] for t in self.config_inputs if "reshape" in t
+        }
+        self.output_reshape = {
+            t["name"]: [int(d) for d in t.get("dims", [])] for t in self.config_outputs if "reshape" in t
+        }
 
     @abstractmethod
     def run(self, inputs: dict[str, Any], rows: int) -> dict[str, np.ndarray]:
@@ -170,7 +177,11 @@ class BatchingBackend(Backend):
             sizes = [1] * len(group)
         rows = sum(sizes)
         inputs = {name: self.gather(name, [r.inputs[name] for r in group]) for name in names}
+        if self.input_reshape:
+            inputs = {n: self._reshape(a, self.input_reshape.get(n), rows) for n, a in inputs.items()}
         outputs = self.run(inputs, rows)
+        if self.output_reshape:
+            outputs = {n: self._reshape(a, self.output_reshape.get(n), rows) for n, a in outputs.items()}
         if len(group) == 1:
             _respond(first, outputs)
             return
@@ -184,6 +195,11 @@ class BatchingBackend(Backend):
             pieces[name] = split_rows(array, sizes)
         for i, req in enumerate(group):
             _respond(req, {name: parts[i] for name, parts in pieces.items()})
+
+    def _reshape(self, array: Any, shape: list[int] | None, rows: int) -> Any:
+        if shape is None:
+            return array
+        return array.reshape([rows, *shape] if self.max_batch_size > 0 else shape)
 
 
 def _respond(req: WorkerRequest, outputs: dict[str, np.ndarray]) -> None:
@@ -257,8 +273,13 @@ def instance_count(config: dict[str, Any]) -> int:
 
 
 def default_thread_count(config: dict[str, Any]) -> int:
-    """Threads per instance so that all of the model's instances together use each core about once."""
-    return max(1, (os.cpu_count() or 1) // instance_count(config))
+    """Threads per instance so that all of the model's instances together use each core about once: the cores this
+    process may run on (a host policy's cpu-cores pins the worker before the model loads)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity API (macOS)
+        cores = os.cpu_count() or 1
+    return max(1, cores // instance_count(config))
 
 
 def visible_gpu_count() -> int:
@@ -284,6 +305,7 @@ BACKENDS: dict[str, str] = {
     "tensorrt": "service.worker.backends.tensorrt:TensorRTBackend",
     "fil": "service.worker.backends.fil:FilBackend",
     "openvino": "service.worker.backends.openvino:OpenVINOBackend",
+    "tensorflow": "service.worker.backends.tensorflow:TensorFlowBackend",
 }
 
 
