@@ -300,7 +300,7 @@ class InstanceScheduler(Scheduler):
         self._pump()
 
     def _record(self, batch: list[InferRequest], done: ipc.ExecDone) -> None:
-        size = sum(r.batch_size for r in batch)
+        size = batch[0].batch_size if len(batch) == 1 else sum(r.batch_size for r in batch)
         self.stats.record_execution(size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns)
         for req in batch:
             track: Any = req.context
