@@ -46,7 +46,7 @@ def ratios(base: Cell, other: Cell) -> list[float]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The compare command's parser (load options as in the profile command)."""
-    from load.__main__ import add_load_options
+    from load.cli import add_load_options
 
     p = argparse.ArgumentParser(prog="trireme-perf compare", description="alternate windows between servers")
     p.add_argument("-u", dest="urls", action="append", required=True, help="server host:port (2 or more)")
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point of `trireme-perf compare`."""
-    from load.__main__ import guarded
+    from load.cli import guarded
 
     args = build_parser().parse_args(list(argv))
     return guarded(lambda: run(args), args.verbose)
@@ -69,7 +69,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Measure every level on every server in alternating windows, then print and write ratios."""
-    from load.__main__ import validate
+    from load.cli import validate
 
     validate(args)
     if len(args.urls) < 2:

@@ -106,7 +106,7 @@ def format_table(url: str, model: str, how: str, rows: Sequence[Row]) -> str:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point of `trireme-perf crosscheck`."""
-    from load.__main__ import guarded
+    from load.cli import guarded
 
     p = argparse.ArgumentParser(prog="trireme-perf crosscheck", description="trireme-perf vs perf_analyzer")
     where = p.add_mutually_exclusive_group(required=True)
@@ -126,7 +126,10 @@ def main(argv: Sequence[str]) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if not Path(PERF_ANALYZER_BIN).exists():
-        raise ConfigError(f"perf_analyzer not found at {PERF_ANALYZER_BIN} (set TRIREME_PERF_ANALYZER_BIN)")
+        raise ConfigError(
+            f"perf_analyzer not found at {PERF_ANALYZER_BIN} "
+            "(run tools/install-triton-tools.sh; TRIREME_TOOLS sets the folder)"
+        )
     levels = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
     stab = ["-p", args.window, "-s", args.stability, "-r", args.max_trials]
     timeout_s = 60 + 1.3 * int(args.window) / 1000 * int(args.max_trials)

@@ -25,6 +25,10 @@ class ConfigError(Exception):
     """The requested load does not fit the model or the server (bad name, shape, data, batch size)."""
 
 
+class PlotError(Exception):
+    """A plot could not be made (matplotlib missing, unreadable CSV, unknown latency column)."""
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """A model input or output as the server describes it (dims exclude the batch dimension)."""

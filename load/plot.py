@@ -11,14 +11,11 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
+from load.data import PlotError
 from load.profiler import LevelResult
 
 Series = tuple[str, list[tuple[float, float, str]]]  # label, [(infer/s, latency usec, point label)]
 INSTALL_HINT = "pip install 'trireme[plot]' (or: pip install matplotlib)"
-
-
-class PlotError(Exception):
-    """A plot could not be made (matplotlib missing, unreadable CSV, unknown latency column)."""
 
 
 def _column(latency: str) -> str:
@@ -104,7 +101,7 @@ def plot_series(series: Sequence[Series], out: str, latency: str = "p99", title:
 
 def main(argv: Sequence[str]) -> int:
     """`trireme-perf plot A.csv [B.csv ...] -o out.png [--latency p99] [--label NAME ...]`."""
-    from load.__main__ import guarded
+    from load.cli import guarded
 
     p = argparse.ArgumentParser(prog="trireme-perf plot", description="latency vs throughput from CSV files")
     p.add_argument("csv", nargs="+", help="CSV files written with -f")

@@ -21,11 +21,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-TRITON_BIN = os.environ.get("TRIREME_TRITON_BIN", "/tmp/trireme-anchors/bin/tritonserver")
-PERF_ANALYZER_BIN = os.environ.get("TRIREME_PERF_ANALYZER_BIN", "/tmp/trireme-anchors/bin/perf_analyzer")
+from load.tools import tool
+
+TRITON_BIN = str(tool("tritonserver"))  # from tools/install-triton-tools.sh, under $TRIREME_TOOLS
+PERF_ANALYZER_BIN = str(tool("perf_analyzer"))
 COMMANDS = {
     "trireme": "{python} -m service serve --model-repository {repo} --grpc-port {grpc} --http-port {http} "
-    "--metrics-port {metrics}",
+    "--metrics-port {metrics} --allow-client-shm=true",
     "triton": "{triton} --model-repository={repo} --grpc-port={grpc} --http-port={http} --metrics-port={metrics}",
 }
 

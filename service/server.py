@@ -13,7 +13,7 @@ import grpc
 import uvloop
 
 from service.config.flags import ServerConfig
-from service.config.security import http_ssl_context
+from service.config.tls import ssl_context
 from service.core.bls import BlsServer
 from service.core.engine import Engine
 from service.core.observability.custom_metrics import CustomMetrics
@@ -30,6 +30,7 @@ from service.examples import missing_example_lines
 from service.frontend.grpc.server import build_grpc_server, server_credentials
 from service.frontend.http.server import HttpFrontend, HttpOptions
 from service.frontend.metrics import Collector, MetricsService
+from service.frontend.openai.server import OpenAIFrontend
 from service.ipc.arena import SEGMENT_PREFIX
 from shm.registry import SharedMemoryRegistry
 
@@ -120,6 +121,8 @@ class Server:
         self.grpc_server: grpc.aio.Server | None = None
         self.grpc_port = 0
         self.http: HttpFrontend | None = None
+        self.openai: OpenAIFrontend | None = None
+        self._sampler: SystemSampler | None = None
         self.poller: RepositoryPoller | None = None
         self.metrics: MetricsService | None = None
         self.metrics_address = ""
@@ -129,7 +132,7 @@ class Server:
         """Load models and start listening; False when a model failed and exit-on-error is set."""
         # TLS files are checked before the models load: a wrong path fails at once, naming its flag (OSError)
         server_credentials(self.config.grpc)
-        http_ssl_context(self.config.http_tls)
+        ssl_context(self.config.http_tls)
         removed = remove_stale_segments()
         if removed:
             log.info("removed %d stale shared-memory segments of exited Trireme processes", removed)
@@ -173,6 +176,7 @@ class Server:
         )
         await self.grpc_server.start()
         http_port = await self._start_http()
+        openai_port = await self._start_openai()
         if self.config.model_control_mode == "poll":
             if self.config.repository_poll_secs > 0:
                 self.poller = RepositoryPoller(self.repository, self.config.repository_poll_secs)
@@ -182,6 +186,8 @@ class Server:
         print(f"Started GRPCInferenceService at {self.config.grpc_address}:{self.grpc_port}", flush=True)
         if self.http is not None:
             print(f"Started HTTPService at {self.config.http_address}:{http_port}", flush=True)
+        if self.openai is not None:
+            print(f"Started OpenAI-compatible API at {self.config.openai.address}:{openai_port}", flush=True)
         if self.metrics is not None:
             print(f"Started Metrics Service at {self.metrics_address}:{self.metrics.port}", flush=True)
         return True
@@ -198,23 +204,48 @@ class Server:
             reuse_port=self.config.reuse_http_port,
             shutdown_timeout_s=self.config.exit_timeout_secs,
             restricted=list(self.config.http_restricted),
-            ssl_context=http_ssl_context(self.config.http_tls),
+            ssl_context=ssl_context(self.config.http_tls),
         )
         self.http = HttpFrontend(self.engine, options)
         return await self.http.start()
+
+    async def _start_openai(self) -> int:
+        """The OpenAI-compatible API (--openai-port; off when not given)."""
+        options = self.config.openai
+        if options.port is None:
+            return 0
+        collectors = self._collectors() if self.config.allow_metrics else None
+        try:
+            self.openai = OpenAIFrontend(self.engine, options, collectors)
+        except ValueError as e:  # an unreadable --tokenizer / --chat-template
+            raise OSError(f"OpenAI front end: {e}") from None
+        return await self.openai.start()
+
+    @property
+    def sampler(self) -> SystemSampler:
+        """The CPU/GPU gauges (made on first use: it may open NVML)."""
+        if self._sampler is None:
+            config = self.config
+            self._sampler = SystemSampler(
+                cpu=config.allow_cpu_metrics, gpu=config.allow_gpu_metrics, gpu_count=self.repository.options.gpu_count
+            )
+        return self._sampler
+
+    def _collectors(self) -> list[Collector]:
+        """What /metrics renders (the metrics port and the OpenAI port's /metrics alike)."""
+        return [
+            CoreCollector(
+                self.repository.ready_versions, self.metrics_config, self.sampler, self.engine.cache_gate is not None
+            ),
+            self.custom_metrics,
+            self.engine.llm_metrics,
+        ]
 
     async def _start_metrics(self) -> None:
         """The Prometheus endpoint (--metrics-port), on this event loop."""
         config = self.config
         self.metrics_config.interval_ms = config.metrics_interval_ms
-        sampler = SystemSampler(
-            cpu=config.allow_cpu_metrics, gpu=config.allow_gpu_metrics, gpu_count=self.repository.options.gpu_count
-        )
-        collectors: list[Collector] = [
-            CoreCollector(self.repository, self.metrics_config, sampler, self.engine.cache_gate is not None),
-            self.custom_metrics,
-        ]
-        self.metrics = MetricsService(collectors, sampler, config.metrics_interval_ms)
+        self.metrics = MetricsService(self._collectors(), self.sampler, config.metrics_interval_ms)
         self.metrics_address = config.metrics_address or config.http_address or "0.0.0.0"
         try:
             await self.metrics.start(self.metrics_address, config.metrics_port)
@@ -243,6 +274,8 @@ class Server:
             stopping.append(self.grpc_server.stop(grace=self.config.exit_timeout_secs))
         if self.http is not None:
             stopping.append(self.http.stop())
+        if self.openai is not None:
+            stopping.append(self.openai.stop())
         if self.metrics is not None:
             stopping.append(self.metrics.stop())
         await asyncio.gather(*stopping)

@@ -26,6 +26,7 @@ class ShmRef:
     byte_size: int
     device_id: int = 0
     raw_handle: bytes = b""
+    path: str = ""  # system: opens the registered object even if its key was unlinked (ResolvedRegion.path)
 
 
 @dataclass(slots=True)
@@ -76,6 +77,9 @@ class InferResponse:
     error: ServiceError | None = None
     final: bool = True
     null: bool = False  # a bare final flag from a decoupled model: no outputs to send
+    # `error` is a response the model itself returned: the request still succeeded for statistics and metrics
+    # (Triton counts only an exception from execute as a failure)
+    model_error: bool = False
 
 
 ResponseCallback = Callable[[InferResponse], None]

@@ -46,3 +46,6 @@ class ResolvedRegion:
     device_id: int
     raw_handle: bytes
     region_id: int
+    # system: a path that opens the very object registered, even once its key is unlinked or reused
+    # (/proc/<server pid>/fd/<the descriptor the registry keeps>); "" when there is none
+    path: str = ""

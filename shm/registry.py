@@ -20,7 +20,7 @@ import numpy as np
 from shm.cuda import CUDA_IPC_HANDLE_SIZE, CudaRegion, CudaUnavailableError, require_cuda
 from shm.errors import ShmError
 from shm.regions import CudaRegionInfo, ResolvedRegion, SystemRegionInfo
-from shm.system import SystemRegion, validate_key
+from shm.system import SegmentTruncated, SystemRegion, validate_key
 from shm.tensor import numpy_to_raw
 from shm.views import buffer_to_numpy
 
@@ -129,7 +129,7 @@ class SharedMemoryRegistry:
                     f"{exc.strerror or exc}",
                 ) from None
             region_id = next(self._ids)
-            resolved = ResolvedRegion(name, "system", key, offset, byte_size, -1, b"", region_id)
+            resolved = ResolvedRegion(name, "system", key, offset, byte_size, -1, b"", region_id, region.fd_path)
             self._add(_Entry(resolved, region, None))
 
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
@@ -247,6 +247,8 @@ class SharedMemoryRegistry:
             raise ShmError("INVALID_ARG", f"Invalid offset for shared memory region: '{name}'")
         if byte_size < 0 or offset + byte_size > region.byte_size:
             raise ShmError("INVALID_ARG", f"Invalid offset + byte size for shared memory region: '{name}'")
+        if entry.system is not None:
+            self._check_system(entry.system, name, offset, byte_size)
         return ResolvedRegion(
             name,
             region.kind,
@@ -256,6 +258,7 @@ class SharedMemoryRegistry:
             region.device_id,
             region.raw_handle,
             region.region_id,
+            region.path,
         )
 
     def acquire(self, resolved: ResolvedRegion) -> None:
@@ -293,11 +296,20 @@ class SharedMemoryRegistry:
             raise ShmError("NOT_FOUND", f"Unable to find shared memory region: '{resolved.name}'")
         return entry
 
+    @staticmethod
+    def _check_system(region: SystemRegion, name: str, offset: int, nbytes: int) -> None:
+        """INVALID_ARG unless the segment still holds the bytes (a client may truncate it after registering)."""
+        try:
+            region.check(offset, nbytes)
+        except SegmentTruncated as e:
+            raise ShmError("INVALID_ARG", f"Invalid shared memory region: '{name}': {e}") from None
+
     def read(self, resolved: ResolvedRegion) -> memoryview:
         """The tensor's bytes: a zero-copy view for system regions, a host copy for CUDA regions."""
         entry = self._entry(resolved)
         relative = resolved.offset - entry.resolved.offset
         if entry.system is not None:
+            self._check_system(entry.system, resolved.name, relative, resolved.byte_size)
             return entry.system.view(relative, resolved.byte_size)
         assert entry.device is not None
         return entry.device.read(relative, resolved.byte_size).data
@@ -324,6 +336,7 @@ class SharedMemoryRegistry:
             )
         relative = resolved.offset - entry.resolved.offset
         if entry.system is not None:
+            self._check_system(entry.system, resolved.name, relative, nbytes)
             return entry.system.write(relative, raw)
         assert entry.device is not None
         return entry.device.write(relative, raw)

@@ -67,6 +67,26 @@ def segment_size(key: str) -> int:
         segment.close_fd()
 
 
+class SegmentTruncated(ValueError):
+    """A segment is now shorter than a tensor in it needs (the client truncated it after registration).
+
+    Touching a mapping past the end of its file raises SIGBUS, which kills the process, so every read and
+    write checks the segment's real size (fstat) first."""
+
+    def __init__(self, key: str, size: int, offset: int, nbytes: int) -> None:
+        super().__init__(
+            f"shared memory object '{key}' holds {size} bytes, too few for {nbytes} bytes at offset {offset}: "
+            "it was truncated after registration"
+        )
+
+
+def check_extent(fd: int, key: str, offset: int, nbytes: int) -> None:
+    """Raise SegmentTruncated unless the segment open as `fd` reaches offset + nbytes right now."""
+    size = os.fstat(fd).st_size
+    if offset + nbytes > size:
+        raise SegmentTruncated(key, size, offset, nbytes)
+
+
 def unlink(key: str) -> None:
     """Remove the segment named by `key` from /dev/shm; FileNotFoundError if absent."""
     try:
@@ -87,9 +107,13 @@ class SystemRegion:
         byte_size: int,
         owner: bool,
         writable: bool = True,
+        fd: int = -1,
     ) -> None:
-        """Wrap an existing mapping; use create() or open() instead of calling this directly."""
+        """Wrap an existing mapping; use create() or open() instead of calling this directly.
+
+        `fd` (owned by this object) is the segment, kept open to check its size before every access."""
         self._key = key
+        self._fd = fd
         self._mmap = mapping
         self._offset = offset
         self._byte_size = byte_size
@@ -108,12 +132,13 @@ class SystemRegion:
         segment = _open_segment(key, flags=posix_ipc.O_CREX, size=byte_size)
         try:
             mapping = mmap.mmap(segment.fd, byte_size) if byte_size else None
+            fd = os.dup(segment.fd)
         except BaseException:
             segment.unlink()
             raise
         finally:
             segment.close_fd()
-        return cls(key, mapping, 0, 0, byte_size, owner=True)
+        return cls(key, mapping, 0, 0, byte_size, owner=True, fd=fd)
 
     @classmethod
     def open(cls, key: str, offset: int = 0, byte_size: int | None = None, writable: bool = True) -> SystemRegion:
@@ -134,14 +159,21 @@ class SystemRegion:
                 prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
                 length = offset + byte_size - floor
                 mapping = mmap.mmap(segment.fd, length, flags=mmap.MAP_SHARED, prot=prot, offset=floor)
+            fd = os.dup(segment.fd)
         finally:
             segment.close_fd()
-        return cls(key, mapping, offset - floor, offset, byte_size, owner=False, writable=writable)
+        return cls(key, mapping, offset - floor, offset, byte_size, owner=False, writable=writable, fd=fd)
 
     @property
     def key(self) -> str:
         """The key this region was created or opened with."""
         return self._key
+
+    @property
+    def fd_path(self) -> str:
+        """A path that opens this very segment from any process of this user while the region is open (the
+        descriptor it keeps, through /proc), even after its key was unlinked; "" when it keeps none."""
+        return f"/proc/{os.getpid()}/fd/{self._fd}" if self._fd >= 0 else ""
 
     @property
     def offset(self) -> int:
@@ -165,14 +197,21 @@ class SystemRegion:
             raise ValueError(f"shared memory region '{self._key}' is closed")
         return self._window.toreadonly() if self._readonly else self._window
 
-    def view(self, offset: int, nbytes: int) -> memoryview:
-        """Zero-copy memoryview of `nbytes` bytes at `offset` inside the window."""
+    def check(self, offset: int, nbytes: int) -> None:
+        """Raise ValueError unless [offset, offset + nbytes) of the window lies inside it and inside the segment
+        as it is now (SegmentTruncated when the segment was truncated after it was mapped)."""
         check_window(offset, nbytes, self._byte_size)
+        if nbytes and self._fd >= 0:
+            check_extent(self._fd, self._key, self._offset + offset, nbytes)
+
+    def view(self, offset: int, nbytes: int) -> memoryview:
+        """Zero-copy memoryview of `nbytes` bytes at `offset` inside the window (size checked first)."""
+        self.check(offset, nbytes)
         return self.buffer[offset : offset + nbytes]
 
     def ndarray(self, datatype: str, shape: Sequence[int], offset: int = 0) -> np.ndarray:
         """Numpy array at `offset`: a zero-copy view for fixed types, a decoded object array for BYTES."""
-        return buffer_to_numpy(self.buffer, datatype, shape, offset)
+        return buffer_to_numpy(self.view(0, self._byte_size), datatype, shape, offset)
 
     def write(self, offset: int, data: bytes | bytearray | memoryview | np.ndarray) -> int:
         """Copy raw bytes, or an array in wire layout (BYTES serialized), to `offset`; returns the size."""
@@ -189,6 +228,10 @@ class SystemRegion:
         """
         window, mapping = self._window, self._mmap
         self._window, self._mmap = None, None
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
         if window is not None:
             with contextlib.suppress(BufferError):
                 window.release()

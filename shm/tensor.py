@@ -80,11 +80,20 @@ def fixed_byte_size(datatype: str, shape: Sequence[int]) -> int:
     return size * element_count(shape)
 
 
+def element_bytes(value: object) -> bytes:
+    """One BYTES element as Triton's Python backend and tritonclient serialize it: a `bytes` object as is, any
+    other object (str, int, float, bool, None, numpy scalars, bytes subclasses, bytearray) as `str(value)` in UTF-8.
+    So the int 2 is b"2", not bytes(2)."""
+    if type(value) is bytes:
+        return value
+    return str(value).encode("utf-8")
+
+
 def serialize_bytes(values: Iterable[object]) -> bytes:
-    """Length-prefix each element (uint32 little-endian) and concatenate; str elements are UTF-8 encoded."""
+    """Length-prefix each element (uint32 little-endian) and concatenate; elements as `element_bytes` makes them."""
     parts: list[bytes] = []
     for v in values:
-        b = v.encode("utf-8") if isinstance(v, str) else bytes(v)  # type: ignore[call-overload]
+        b = element_bytes(v)
         parts.append(_LEN.pack(len(b)))
         parts.append(b)
     return b"".join(parts)

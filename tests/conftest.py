@@ -32,7 +32,12 @@ class ServerProcess:
     """A `python -m service` process on a free port, with its log captured to a file."""
 
     def __init__(
-        self, repos: list[Path], extra_args: list[str], log_path: Path, prefix: list[str] | None = None
+        self,
+        repos: list[Path],
+        extra_args: list[str],
+        log_path: Path,
+        prefix: list[str] | None = None,
+        client_shm: bool = True,
     ) -> None:
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
@@ -46,6 +51,10 @@ class ServerProcess:
         args += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
         for repo in repos:
             args += ["--model-repository", str(repo)]
+        # client shared memory is off by default (Triton 2.69+); the suite uses it widely, so it is on unless a
+        # test sets --allow-client-shm itself or asks for the server's default (client_shm=False)
+        if client_shm and not any(a.startswith("--allow-client-shm") for a in extra_args):
+            args.append("--allow-client-shm=true")
         args = [*(prefix or []), *args, *extra_args]  # prefix: a command that execs the server (e.g. unshare)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -99,11 +108,15 @@ class ServerProcess:
 
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator:
-    """Factory: start_server(repos=[...], args=[...]) -> ready ServerProcess; all are stopped at teardown."""
+    """Factory: start_server(repos=[...], args=[...]) -> ready ServerProcess; all are stopped at teardown.
+    client_shm=False starts it without --allow-client-shm=true (the server's default: client shm off)."""
     servers: list[ServerProcess] = []
 
-    def start(repos: list[Path] | None = None, args: list[str] | None = None, wait: bool = True) -> ServerProcess:
-        server = ServerProcess(repos or [EXAMPLE_REPO], args or [], tmp_path / f"server{len(servers)}.log")
+    def start(
+        repos: list[Path] | None = None, args: list[str] | None = None, wait: bool = True, client_shm: bool = True
+    ) -> ServerProcess:
+        log = tmp_path / f"server{len(servers)}.log"
+        server = ServerProcess(repos or [EXAMPLE_REPO], args or [], log, client_shm=client_shm)
         servers.append(server)
         if wait:
             server.wait_ready()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the reference tools Trireme is compared against, all from public packages, into $TRIREME_TOOLS
-# (default /tmp/trireme-anchors, where the tests and benchmarks look for them):
+# (default ${XDG_CACHE_HOME:-~/.cache}/trireme/tools, a per-user cache; the tests and benchmarks look where
+# TRIREME_TOOLS points too, see load/tools.py):
 #   bin/perf_analyzer    Triton's perf_analyzer 2.51; the binary ships inside the tritonclient 2.51.0 wheel and
 #                        needs libb64.so.0d (Debian/Ubuntu package libb64-0d) and libcudart.so.12 (pip package
 #                        nvidia-cuda-runtime-cu12; no GPU is needed)
@@ -9,10 +10,10 @@
 #   venv-pa/bin/python   a Python with tritonclient[all] 2.51 for client scripts
 # Safe to run again (finished parts are kept). The first run downloads about 700 MB.
 #   bash tools/install-triton-tools.sh
-#   /tmp/trireme-anchors/bin/tritonserver --model-repository=DIR --grpc-port=P --http-port=Q
+#   ~/.cache/trireme/tools/bin/tritonserver --model-repository=DIR --grpc-port=P --http-port=Q
 # Linux x86_64 only (those wheels exist for nothing else); exits non-zero when a tool cannot be made to run.
 set -euo pipefail
-DEST=${TRIREME_TOOLS:-${ANCHORS:-/tmp/trireme-anchors}}
+DEST=${TRIREME_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/trireme/tools}
 PY=${PYTHON:-python3}
 TRITONCLIENT_VERSION=2.51.0
 PYTRITON_VERSION=0.7.0

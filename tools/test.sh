@@ -1,37 +1,70 @@
 #!/usr/bin/env bash
 # The test command of the README: creates .venv if needed, installs Trireme with its test extras, runs the
-# proto drift check, the linters and the whole test suite. Works on a fresh machine (pip registry only).
+# proto drift check, the linters and the whole test suite. Works on a fresh machine (pip registry only; two
+# Debian packages through apt-get need root or sudo, and the tests that use them skip without them).
+# Prints one line per step ("[test.sh] ..."), so a quiet pip is not mistaken for a hang.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+step() { echo "[test.sh] $*"; }
+
+if [ ! -x .venv/bin/python ]; then
+  step "creating .venv with $PY"
+  "$PY" -m venv .venv
+fi
+step "pip: upgrading pip in .venv"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[dev,plot]"
+step "pip: Trireme with the dev, plot and openai extras (pytest, ruff, mypy, tritonclient, matplotlib, ...)"
+.venv/bin/python -m pip install -q -e ".[dev,plot,openai]"
 # optional framework backends: the CPU torch wheel (never a CUDA build from the index) and onnxruntime
+step "pip: torch (CPU build) for the pytorch backend tests"
 .venv/bin/python -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
   || .venv/bin/python -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch 2>/dev/null \
   || echo "note: torch not installable here; pytorch backend tests will be skipped"
+step "pip: onnx and onnxruntime for the onnxruntime backend tests"
 .venv/bin/python -m pip install -q onnx onnxruntime 2>/dev/null || echo "note: onnxruntime not installable; skipped"
-# real perf_analyzer + Triton 2.51 for the compatibility tests (tools/install-triton-tools.sh; those tests skip
-# when the tools cannot be installed here). TRIREME_SKIP_ANCHORS=1 skips the download.
+step "pip: the fil and openvino extras (tree models, OpenVINO; about 10 s from a warm pip cache)"
+.venv/bin/python -m pip install -q -e ".[fil,openvino]" 2>/dev/null \
+  || echo "note: the fil/openvino extras are not installable here; their tests are skipped"
+# real perf_analyzer + Triton 2.51 for the compatibility tests (tools/install-triton-tools.sh, into $TRIREME_TOOLS,
+# default ~/.cache/trireme/tools; those tests skip when the tools cannot be installed here).
+# TRIREME_SKIP_ANCHORS=1 skips the download.
 if [ -z "${TRIREME_SKIP_ANCHORS:-}" ]; then
+  step "tools: perf_analyzer and Triton 2.51 (about 700 MB the first time; apt-get libb64-0d, needs root or sudo)"
   bash tools/install-triton-tools.sh >/dev/null 2>&1 \
     || echo "note: perf_analyzer/tritonserver could not be installed (tools/install-triton-tools.sh); those tests skip"
+else
+  step "tools: skipped (TRIREME_SKIP_ANCHORS is set); the perf_analyzer/Triton comparison tests skip"
 fi
 # ApacheBench (`ab`) for the HTTP load compatibility test (skipped without it); only as root with apt, never fatal
-if ! command -v ab >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  { apt-get install -y -q apache2-utils >/dev/null 2>&1 \
-    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q apache2-utils >/dev/null 2>&1; }; } \
-    || echo "note: apache2-utils (ab) not installable; the ab test skips"
+if ! command -v ab >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    step "apt-get: apache2-utils (ab) for the HTTP load comparison test"
+    { apt-get install -y -q apache2-utils >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q apache2-utils >/dev/null 2>&1; }; } \
+      || echo "note: apache2-utils (ab) not installable; the ab test skips"
+  else
+    step "apt-get: apache2-utils (ab) not installed (needs root); the ab test skips"
+  fi
 fi
+step "checking the generated protobuf code (tools/gen_protos.py --check)"
 .venv/bin/python tools/gen_protos.py --check
+step "ruff check"
 .venv/bin/ruff check .
+step "ruff format --check"
 .venv/bin/ruff format --check .
+step "mypy"
 .venv/bin/mypy
+# the layer rule (pyproject.toml [tool.importlinter]) and no import circles (docs/architecture.md)
+step "lint-imports (the layer rule)"
+.venv/bin/lint-imports
+step "import circles (tools/check_cycles.py)"
+.venv/bin/python tools/check_cycles.py
 # the container image: built and smoke-tested when a container engine works here (else one "SKIPPED" line);
 # TRIREME_IMAGE_TEST=0 turns it off; bounded by TRIREME_IMAGE_TIMEOUT seconds (a cold layer cache can need more:
 # then it says so and does not fail the run)
 if [ "${TRIREME_IMAGE_TEST:-1}" != 0 ]; then
+  step "container image: build and smoke test (tools/build-image.sh --ci)"
   image_rc=0
   PYTHON=.venv/bin/python timeout "${TRIREME_IMAGE_TIMEOUT:-900}" bash tools/build-image.sh --ci || image_rc=$?
   if [ "$image_rc" = 124 ]; then
@@ -39,5 +72,8 @@ if [ "${TRIREME_IMAGE_TEST:-1}" != 0 ]; then
   elif [ "$image_rc" != 0 ]; then
     exit "$image_rc"
   fi
+else
+  step "container image: skipped (TRIREME_IMAGE_TEST=0)"
 fi
+step "pytest $*"
 .venv/bin/python -m pytest -q "$@"

@@ -7,19 +7,15 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from service.config.security import (
-    GrpcSettings,
-    HttpTls,
-    RestrictedApi,
-    add_security_flags,
-    check_restricted,
-    grpc_settings,
-    http_tls,
-)
+from service.config.access import GrpcSettings, RestrictedApi, add_security_flags, check_restricted, grpc_settings
+from service.config.cli_checks import add_cli_flags, reject_unknown
+from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
+from service.config.tls import TlsSettings, tls_settings
 
 log = logging.getLogger("trireme.config")
 
-EXAMPLE_REPOSITORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example_models")
+# service/example_models (this file is service/config/flags.py)
+EXAMPLE_REPOSITORY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "example_models")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -68,7 +64,7 @@ class ServerConfig:
     log_verbose: int = 0
     exit_timeout_secs: int = 30
     server_id: str = "triton"
-    allow_client_shm: bool = True
+    allow_client_shm: bool = False  # Triton 2.69+: off unless --allow-client-shm=true
     model_config_name: str = ""
     arena_bytes: int = 256 << 20
     arena_growth_bytes: int = 64 << 20  # python,shm-growth-byte-size: how much an arena grows by when full
@@ -76,7 +72,7 @@ class ServerConfig:
     cache_bytes: int | None = None  # --cache-config local,size=N: the response cache's byte budget
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     http_restricted: list[RestrictedApi] = field(default_factory=list)
-    http_tls: HttpTls = field(default_factory=HttpTls)
+    http_tls: TlsSettings = field(default_factory=lambda: TlsSettings("http"))
     max_inflight_requests: int = 0  # server-wide bound on requests in flight (0: none)
     max_inflight_requests_per_model: int = 0  # the same bound for each model version (0: none)
     allow_http: bool = True
@@ -96,6 +92,7 @@ class ServerConfig:
     metrics_config: list[str] = field(default_factory=list)  # --metrics-config key=value entries
     allow_cpu_metrics: bool = True
     allow_gpu_metrics: bool = True
+    openai: OpenAIOptions = field(default_factory=OpenAIOptions)  # --openai-port and friends (docs/openai.md)
 
 
 # Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
@@ -105,7 +102,6 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--reuse-grpc-port": "let several servers share the gRPC port",
     "--grpc-header-forward-pattern": "gRPC headers forwarded to backends as request parameters",
     "--grpc-infer-allocation-pool-size": "gRPC inference request objects kept for reuse",
-    "--grpc-max-response-pool-size": "gRPC response objects kept for reuse",
     "--grpc-infer-response-compression-level": "compression of gRPC inference responses",
     "--allow-sagemaker": "serve the SageMaker endpoint",
     "--sagemaker-port": "port of the SageMaker endpoint",
@@ -234,9 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-client-shm",
         type=parse_bool,
-        default=True,
+        default=False,
         metavar="BOOL",
-        help="Trireme only: allow clients to register system/CUDA shared-memory regions (true)",
+        help="allow clients to register and use system/CUDA shared-memory regions; as in Triton 2.69+, off "
+        "unless set, and registering then answers with an error naming this flag (false)",
     )
     p.add_argument(
         "--model-config-name",
@@ -294,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"older Triton spelling of --trace-config {key}={what}",
         )
     _add_metrics(p)
+    add_openai_flags(p)
+    add_cli_flags(p)
     _add_ignored(p)
     return p
 
@@ -417,24 +416,15 @@ class _Ignored(argparse.Action):
         namespace.ignored_flags = ignored
 
 
-def _unknown_flags(tokens: list[str]) -> list[str]:
-    """Pair leftover tokens into flags: `--flag value` becomes '--flag=value', so a value is never a flag."""
-    flags: list[str] = []
-    for token in tokens:
-        if token.startswith("-") or not flags or "=" in flags[-1]:
-            flags.append(token)
-        else:
-            flags[-1] = f"{flags[-1]}={token}"
-    return flags
-
-
 def parse_args(argv: list[str]) -> ServerConfig:
-    """ServerConfig from argv (without the program name); unknown Triton flags only warn."""
+    """ServerConfig from argv (without the program name). Triton flags Trireme does not implement warn once
+    each; any other unknown option stops here (exit 1) naming it and the closest known flag."""
     if argv and argv[0] == "serve":
         argv = argv[1:]
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    for flag in [*(getattr(args, "ignored_flags", None) or []), *_unknown_flags(unknown)]:
+    reject_unknown(parser, unknown)
+    for flag in getattr(args, "ignored_flags", None) or []:
         log.warning("ignoring unsupported option '%s'", flag)
     config = ServerConfig(
         model_repositories=list(args.model_repository),
@@ -451,7 +441,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
         model_config_name=args.model_config_name,
         grpc=grpc_settings(args),
         http_restricted=list(args.http_restricted_api),
-        http_tls=http_tls(args),
+        http_tls=tls_settings(args, "http"),
         max_inflight_requests=max(0, args.max_inflight_requests),
         max_inflight_requests_per_model=max(0, args.max_inflight_requests_per_model),
         allow_http=args.allow_http,
@@ -473,6 +463,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
     if "*" in config.load_models and len(config.load_models) > 1:
         raise SystemExit("Error: '--load-model=*' must be the only '--load-model' given.")
     config.repository_poll_secs = args.repository_poll_secs
+    config.openai = openai_options(args, config.http_address, config.http_max_input_size)
     config.model_unload_timeout_secs = args.model_unload_timeout_secs
     check_restricted(config.grpc.restricted, "--grpc-restricted-protocol")
     check_restricted(config.http_restricted, "--http-restricted-api")
@@ -502,7 +493,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
     from service.core.observability.trace_settings import parse_trace_config
 
     try:
-        parse_trace_config(config.trace_config)
+        parse_trace_config(config.trace_config, warn=True)
     except ValueError as e:
         parser.error(f"--trace-config: {e}")
     if not config.model_repositories:

@@ -3,30 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from protos import model_config_pb2 as mc
 from service import __version__
-from service.core.observability import trace_hooks
+from service.core.observability.llm_metrics import LlmMetrics
 from service.core.observability.log_settings import LogSettings
+from service.core.observability.otel_export import OtelExporter
 from service.core.observability.stats import ModelStats
 from service.core.observability.trace_settings import OtelSettings, TraceSettings
 from service.core.observability.tracer import Tracer
 from service.core.pipeline.admission import Admission
 from service.core.pipeline.cache_gate import CacheGate
-from service.core.pipeline.classification import classify, load_labels
-from service.core.pipeline.validation import check_model_name, parse_version, validate_request
+from service.core.pipeline.callbacks import Classifier, admitted, traced
+from service.core.pipeline.shm_holds import ShmHolds
+from service.core.pipeline.validation import check_model_name, validate_request
 from service.core.repository.repository import READY, ModelRepository, ModelVersion
+from service.core.repository.signature import parse_version
 from service.errors import ErrorCode, ServiceError
-from service.types import InferRequest, InferResponse, ResponseCallback, ShmRef
-from shm.errors import ShmError
-from shm.tensor import element_count
-from shm.views import bytes_extent
-
-log = logging.getLogger("trireme.engine")
+from service.types import InferRequest, InferResponse, ResponseCallback
 
 SERVER_NAME = "triton"  # clients (and perf_analyzer) expect Triton's name
 EXTENSIONS = [
@@ -90,27 +87,26 @@ class Engine:
         self.admission = admission if admission is not None and admission.enabled else None
         self.shm_registry = shm_registry
         # shm regions held by requests between prepare() and their final response
-        self._shm_holds: dict[InferRequest, list[Any]] = {}
-        if shm_registry is not None:
-            shm_registry.on_retire = self._on_region_retired
+        self.shm_holds = ShmHolds(shm_registry, repository)
         self.strict_readiness = strict_readiness
         self.live = True
         self.accepting = True
         self.model_control_mode = "none"  # "none" | "poll" | "explicit" (set by the server)
         self.log_settings = LogSettings()
-        self._labels: dict[tuple[str, str], list[str]] = {}  # (model dir, label file) -> labels
+        self.classifier = Classifier()
         self.cache_gate: CacheGate | None = None  # set by enable_response_cache (--cache-config)
         self.tracer = Tracer(TraceSettings(), known_model=lambda name: name in repository.models)
+        self.llm_metrics = LlmMetrics()  # token metrics the OpenAI front end records
 
     def configure_tracing(self, settings: TraceSettings, otel: OtelSettings) -> None:
         """Trace requests as --trace-config says (tracing is off until then)."""
-        self.tracer = Tracer(settings, otel, known_model=self.tracer.known_model)
+        self.tracer = Tracer(settings, otel, known_model=self.tracer.known_model, make_exporter=OtelExporter)
 
     def enable_response_cache(self, budget_bytes: int) -> None:
         """Answer repeated requests of models with `response_cache { enable: true }` from a local cache."""
         from service.core.pipeline.response_cache import ResponseCache
 
-        self.cache_gate = CacheGate(ResponseCache(budget_bytes), self._shm_input_bytes)
+        self.cache_gate = CacheGate(ResponseCache(budget_bytes), self.shm_holds.input_bytes)
 
     # ---- model control ----------------------------------------------------------------------------------
     def _require_explicit(self) -> None:
@@ -150,7 +146,7 @@ class Engine:
         then the instances are finalized. Unloading a model that is not loaded succeeds, as in Triton.
         """
         self._require_explicit()
-        check_model_name(name)
+        check_model_name(name, is_path=False)
         await self.repository.unload(name)
 
     # ---- health and metadata ----------------------------------------------------------------------------
@@ -172,17 +168,25 @@ class Engine:
         """(name, version, extensions)."""
         return SERVER_NAME, __version__, list(EXTENSIONS)
 
-    def model_ready(self, name: str, version: str = "") -> bool:
-        """True if that version (or some version) is ready; NOT_FOUND for unknown models."""
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        """True if that version (or some version) is ready; NOT_FOUND for unknown models.
+
+        Ready also needs every instance's own readiness check to agree (a Python model's optional
+        is_model_ready(), asked on each probe with a 5 s limit, as Triton does); inference is not affected."""
         entry = self.repository.models.get(name)
         if entry is None:
             raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
         try:
-            return self.repository.get(name, version).ready
+            mv = self.repository.get(name, version)
         except ServiceError as e:
             if e.code == ErrorCode.INVALID_ARG:
                 raise
             return False
+        if not mv.ready:
+            return False
+        workers = list(mv.pool.workers) if mv.pool is not None else []
+        checks = [w.check_ready() for w in workers if w.readiness.has_fn]
+        return all(await asyncio.gather(*checks)) if checks else True
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
         """Inputs/outputs with batch dims, versions, platform."""
@@ -210,6 +214,12 @@ class Engine:
             return self.repository.get(name, version).decoupled
         except ServiceError:
             return False
+
+    def model_location(self, name: str, version: str = "") -> tuple[str, int]:
+        """(model folder, version number) of the version a request targets (the OpenAI front end reads the
+        model's chat template and LoRA list there)."""
+        mv = self.repository.get(name, version)
+        return mv.model_dir, mv.version
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         """The normalized config."""
@@ -264,12 +274,12 @@ class Engine:
             request.trace.stamp("REQUEST_START")
         mv = self.repository.get(request.model_name, request.model_version)
         request.model_version = str(mv.version)
-        self._resolve_shm(request)
+        self.shm_holds.resolve(request)
         try:
             assert mv.signature is not None
             validate_request(request, mv.signature)
-            if request in self._shm_holds:
-                self._check_shm_bytes(request)
+            if request in self.shm_holds:
+                self.shm_holds.check_bytes(request)
         except BaseException:
             self.release_shm(request)
             raise
@@ -278,91 +288,9 @@ class Engine:
             request.stamps.append(("prepared", request.arrival_ns))
         return mv
 
-    # ---- client shared memory ----------------------------------------------------------------------------
-    def _resolve_shm(self, request: InferRequest) -> None:
-        """Resolve every shm reference of `request` and hold its regions until the final response.
-
-        Holding (registry.acquire) keeps an unregistered region mapped until the request is done; the
-        references are dropped by `release_shm` (called from the response hook that `_hold_shm` installs,
-        or directly when the request fails before it is enqueued).
-        """
-        held: list[Any] = []
-        try:
-            for t in request.inputs:
-                if t.shm is not None and not t.shm.kind:
-                    t.shm = self._resolve(t.shm, held)
-            for o in request.outputs:
-                if o.shm is not None and not o.shm.kind:
-                    o.shm = self._resolve(o.shm, held)
-        except BaseException:
-            self._release(held)
-            raise
-        if held:
-            self._shm_holds[request] = held
-
-    def _resolve(self, ref: ShmRef, held: list[Any]) -> ShmRef:
-        registry = self.shm_registry
-        if registry is None:  # client shm disabled: no region can be registered
-            raise ServiceError(ErrorCode.NOT_FOUND, f"Unable to find shared memory region: '{ref.region}'")
-        try:
-            r = registry.resolve(ref.region, ref.offset, ref.byte_size)
-            registry.acquire(r)
-        except ShmError as e:
-            raise ServiceError(ErrorCode[e.code], e.message) from None
-        held.append(r)
-        return ShmRef(r.name, r.kind, r.key, r.offset, r.byte_size, r.device_id, r.raw_handle)
-
-    def _check_shm_bytes(self, request: InferRequest) -> None:
-        """BYTES inputs in system shm: every length prefix must fit and the elements must fill byte_size."""
-        held = self._shm_holds.get(request, ())
-        for t in request.inputs:
-            if t.shm is None or t.datatype != "BYTES" or t.shm.kind != "system":
-                continue
-            region = next(r for r in held if r.name == t.shm.region and r.offset == t.shm.offset)
-            count = element_count(t.shape)
-            try:
-                extent = bytes_extent(self.shm_registry.read(region), count)
-            except ValueError as e:
-                raise self._bytes_error(request, t.name, str(e)) from None
-            if extent != t.shm.byte_size:
-                raise self._bytes_error(
-                    request, t.name, f"{count} elements use {extent} of the {t.shm.byte_size} bytes given"
-                )
-
-    @staticmethod
-    def _bytes_error(request: InferRequest, name: str, detail: str) -> ServiceError:
-        return ServiceError(
-            ErrorCode.INVALID_ARG,
-            f"[request id: {request.id or '<id_unknown>'}] input '{name}' for model '{request.model_name}' has "
-            f"malformed BYTES data in shared memory: {detail}",
-        )
-
-    def _hold_shm(self, request: InferRequest) -> None:
-        """Wrap request.on_response so the request's shm regions are released on its final response."""
-        if request not in self._shm_holds:
-            return
-        deliver = request.on_response
-        owner: InferRequest | None = request  # dropped on the final response: no request <-> closure cycle
-
-        def on_response(response: InferResponse) -> None:
-            nonlocal owner
-            if response.final and owner is not None:
-                self.release_shm(owner)
-                owner = None
-            if deliver is not None:
-                deliver(response)
-
-        request.on_response = on_response
-
-    def _shm_input_bytes(self, request: InferRequest, name: str) -> memoryview | None:
-        """The bytes of an input held in a system shared-memory region (None for CUDA regions)."""
-        t = next(t for t in request.inputs if t.name == name)
-        assert t.shm is not None
-        if t.shm.kind != "system":
-            return None
-        held = self._shm_holds.get(request, ())
-        region = next(r for r in held if r.name == t.shm.region and r.offset == t.shm.offset)
-        return self.shm_registry.read(region)
+    def release_shm(self, request: InferRequest) -> None:
+        """Drop the shm region references `request` holds (idempotent)."""
+        self.shm_holds.release(request)
 
     def client_shm(self) -> Any:
         """The registry of client shared-memory regions; UNSUPPORTED while --allow-client-shm is false."""
@@ -372,29 +300,6 @@ class Engine:
                 "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
             )
         return self.shm_registry
-
-    def release_shm(self, request: InferRequest) -> None:
-        """Drop the shm region references `request` holds (idempotent)."""
-        held = self._shm_holds.pop(request, None)
-        if held:
-            self._release(held)
-
-    def _release(self, held: list[Any]) -> None:
-        for r in held:
-            try:
-                self.shm_registry.release(r)
-            except ShmError:
-                log.exception("releasing shared memory region '%s'", r.name)
-
-    def _on_region_retired(self, region: Any, last_user: bool) -> None:
-        """A client region was unregistered and is no longer used: workers drop their own mappings of it."""
-        if not last_user or region.kind != "system":
-            return
-        for entry in list(self.repository.models.values()):
-            for mv in list(entry.versions.values()):
-                pool = mv.pool
-                for worker in list(pool.workers) if pool is not None else []:
-                    worker.unmap_client_segments([region.key])
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Run one request to completion (non-decoupled models)."""
@@ -441,23 +346,23 @@ class Engine:
             if hit is not None:  # answered from the cache: the model does not run
                 self.release_shm(request)
                 if request.trace is not None:
-                    on_response = self._traced(request, mv, on_response)
+                    on_response = traced(request, mv, on_response)
                 asyncio.get_running_loop().call_soon(on_response, hit)
                 return
             if key is not None:
                 on_response = gate.storing(mv, key, on_response)
         for o in request.outputs:  # a loop, not any(<generator>): this runs per request
             if o.classification:
-                on_response = self._classifier(mv, request, on_response)
+                on_response = self.classifier.wrap(mv, request, on_response)
                 break
         admission = self.admission
         if admission is not None:
             admission.enter(mv)  # raises UNAVAILABLE above a bound
-            on_response = self._admitted(admission, mv, on_response)
+            on_response = admitted(admission, mv, on_response)
         if request.trace is not None:
-            on_response = self._traced(request, mv, on_response)
+            on_response = traced(request, mv, on_response)
         request.on_response = on_response
-        self._hold_shm(request)
+        self.shm_holds.hold_until_final(request)
         assert mv.scheduler is not None
         try:
             mv.scheduler.enqueue(request)
@@ -466,52 +371,6 @@ class Engine:
             if admission is not None:
                 admission.leave(mv)
             raise
-
-    @staticmethod
-    def _traced(request: InferRequest, mv: ModelVersion, deliver: ResponseCallback) -> ResponseCallback:
-        """QUEUE_START (and the input tensors) now; REQUEST_END and output tensors as responses arrive."""
-        trace_hooks.queued(request.trace, request, mv.version)
-        return trace_hooks.answering(request.trace, deliver)
-
-    @staticmethod
-    def _admitted(admission: Admission, mv: ModelVersion, deliver: ResponseCallback) -> ResponseCallback:
-        """Wrap a response callback so the request leaves the admission count on its final response."""
-        done = False
-
-        def on_response(response: InferResponse) -> None:
-            nonlocal done
-            if response.final and not done:
-                done = True
-                admission.leave(mv)
-            deliver(response)
-
-        return on_response
-
-    def _classifier(self, mv: ModelVersion, request: InferRequest, deliver: ResponseCallback) -> ResponseCallback:
-        """Wrap a response callback so outputs requested with `classification` become top-k strings."""
-        wanted = {o.name: o.classification for o in request.outputs if o.classification}
-        labels = {}
-        for t in mv.config.output:
-            if t.name in wanted:
-                key = (mv.model_dir, t.label_filename)
-                if key not in self._labels:
-                    self._labels[key] = load_labels(*key)
-                labels[t.name] = self._labels[key]
-        batched = mv.config.max_batch_size > 0
-
-        def on_response(response: InferResponse) -> None:
-            if response.error is None and response.outputs:
-                try:
-                    response.outputs = [
-                        classify(o, wanted[o.name], labels[o.name], batched) if o.name in wanted else o
-                        for o in response.outputs
-                    ]
-                except ValueError as e:
-                    response.outputs = []
-                    response.error = ServiceError(ErrorCode.INVALID_ARG, str(e))
-            deliver(response)
-
-        return on_response
 
     def cancel(self, request: InferRequest, mv: ModelVersion) -> None:
         """The client gave up on a submitted request."""

@@ -24,7 +24,8 @@ import numpy as np
 
 from service.errors import ErrorCode, ServiceError
 from service.instances.mode import MODE_KEY
-from service.instances.process import InstanceSpec, WorkerProcess, shm_tensor_msg
+from service.instances.process import InstanceSpec, WorkerProcess
+from service.instances.transfer import shm_tensor_msg
 from service.ipc import frames as ipc
 from service.types import InferRequest
 from service.worker.channel import WorkerChannel
@@ -163,6 +164,7 @@ class InProcessInstance(WorkerProcess):
             ) from None
         if isinstance(reply, ipc.Failed):
             raise ServiceError(ErrorCode.INTERNAL, reply.message)
+        self.readiness.has_fn = reply.ready_fn
         self.alive = True
 
     def _run(self, init: ipc.Init) -> None:
@@ -229,11 +231,11 @@ class InProcessInstance(WorkerProcess):
         ]
         return ipc.RequestMsg(rid, req.id, tensors, outputs, req.parameters, req.flags, req.sequence_id, req.timeout_us)
 
-    def cancel(self, requests: list[InferRequest]) -> None:
-        """Flag running requests (the thread's Worker handles Cancel under its own lock)."""
-        rids = [rid for rid, rec in self.inflight.items() if rec.request in requests]
-        if rids and self._worker is not None:
-            self._worker.on_message(ipc.Cancel(rids))  # now, even while the thread is inside execute()
+    def send_side(self, message: Any) -> None:
+        """Handled now, even while the thread is inside execute() (the thread's Worker locks what it shares)."""
+        if self._worker is None:
+            raise ConnectionError(f"model instance '{self.spec.instance_name}' is not running")
+        self._worker.on_message(message)
 
     def unmap_client_segments(self, keys: list[str]) -> None:
         """Drop the instance's mappings of unregistered client segments."""

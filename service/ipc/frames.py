@@ -35,6 +35,7 @@ class TensorMsg(msgspec.Struct, array_like=True, omit_defaults=True):
     key: str = ""  # client segment key (system) or "" (cuda)
     handle: bytes = b""  # cudaIpcMemHandle_t for cuda regions
     device: int = 0
+    path: str = ""  # system: where to open the registered segment (the key may be unlinked); "" = /dev/shm/key
 
 
 class OutputSpec(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -116,9 +117,25 @@ class Shutdown(msgspec.Struct, tag="shutdown", array_like=True):
 
 
 class Ready(msgspec.Struct, tag="ready", array_like=True):
-    """Worker loaded the model (or finished auto-complete, with the config in `config_json`)."""
+    """Worker loaded the model (or finished auto-complete, with the config in `config_json`).
+
+    `ready_fn`: the model defines its own readiness check (a Python model's is_model_ready())."""
 
     config_json: str = ""
+    ready_fn: bool = False
+
+
+class ReadyCheck(msgspec.Struct, tag="readycheck", array_like=True):
+    """Server -> worker (on the side socket): run the model's own readiness check; answered by ReadyReply."""
+
+    check_id: int
+
+
+class ReadyReply(msgspec.Struct, tag="readyreply", array_like=True):
+    """Worker -> server: the result of ReadyCheck `check_id`."""
+
+    check_id: int
+    ready: bool
 
 
 class Failed(msgspec.Struct, tag="failed", array_like=True):
@@ -137,6 +154,8 @@ class Respond(msgspec.Struct, tag="resp", array_like=True, omit_defaults=True):
     error: str = ""
     final: bool = True
     null: bool = False
+    # the error is a response the model returned (not an exception from execute): a success for statistics
+    model_error: bool = False
 
 
 class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True):
@@ -241,6 +260,8 @@ Message = (
     | Unmap
     | Shutdown
     | Ready
+    | ReadyCheck
+    | ReadyReply
     | Failed
     | Respond
     | ExecDone

@@ -66,6 +66,12 @@ class BlsClient:
                 reply = self._next_reply(call_id, call)
             self._forget(call_id)
             return self._to_response(reply)
+        # as Triton's, exec(decoupled=True) returns once the first response is there: async_exec waits for it in
+        # the executor, so a model that then iterates with a plain `for` inside its coroutine does not block the
+        # instance's event loop (and every other request's coroutine) waiting for it
+        first = self._next_reply(call_id, call)
+        with call.lock:
+            call.replies.appendleft(first)
         return pb_utils.ResponseIterator(self._iterate(call_id, call), lambda: self._cancel(call_id))
 
     def on_response(self, message: ipc.BlsResponse) -> None:
@@ -127,8 +133,9 @@ class BlsClient:
         try:
             while True:
                 reply = self._next_reply(call_id, call)
-                if not reply.null or reply.error_code >= 0:
-                    yield self._to_response(reply)
+                # the final flags-only reply too, as an empty response: Triton's iterator yields it, and models
+                # written for Triton count on it (n responses + 1)
+                yield self._to_response(reply)
                 if reply.final:
                     return
         finally:

@@ -20,6 +20,7 @@ import numpy as np
 
 from service.ipc import frames as ipc
 from service.ipc.arena import DEFAULT_GROWTH_BYTES, ArenaMap, GrowingArena
+from shm.system import SegmentTruncated, check_extent
 from shm.tensor import numpy_to_datatype, numpy_to_raw, raw_to_numpy
 
 
@@ -31,37 +32,46 @@ class ClientSegments:
     """
 
     def __init__(self) -> None:
-        self._maps: dict[str, tuple[int, int, mmap.mmap]] = {}
+        # key -> (inode, mapped length, mapping, fd kept open to fstat the segment before every access)
+        self._maps: dict[str, tuple[int, int, mmap.mmap, int]] = {}
         self._lock = threading.Lock()
 
-    def buffer(self, key: str, need: int = 0) -> memoryview:
-        """The whole segment `key` as a writable memoryview.
+    def buffer(self, key: str, offset: int, nbytes: int, path: str = "") -> memoryview:
+        """The whole segment `key` as a writable memoryview, checked to hold [offset, offset + nbytes) now.
 
         A segment is mapped once and kept until the server says it was unregistered (ipc.Unmap), as Triton keeps
-        a region mapped from registration on: no system call per request, and a segment of the same name that
+        a region mapped from registration on: no mmap per request, and a segment of the same name that
         someone else creates later (POSIX names are machine-wide) is not picked up behind the client's back.
-        It is remapped only when the mapping is shorter than `need` bytes (the segment grew)."""
+        It is remapped only when the mapping is shorter than needed (the segment grew). Its real size is
+        checked (one fstat) before every use: touching a mapping past the end of a segment the client
+        truncated would kill this process with SIGBUS; SegmentTruncated (a ValueError) is raised instead."""
+        need = offset + nbytes
         with self._lock:
             cached = self._maps.get(key)
-            if cached is not None and cached[1] >= need:
-                return memoryview(cached[2])
-        path = "/dev/shm/" + key.lstrip("/")
+            if cached is not None:
+                check_extent(cached[3], key, offset, nbytes)
+                if cached[1] >= need:
+                    return memoryview(cached[2])
+        # the server's path opens the object it registered even if the client unlinked the key since
+        path = path or "/dev/shm/" + key.lstrip("/")
         try:
-            st = os.stat(path)
+            fd = os.open(path, os.O_RDWR)
         except FileNotFoundError:
             raise ValueError(f"Unable to open shared memory region: '{key}'") from None
+        try:
+            st = os.fstat(fd)
+            if need > st.st_size:
+                raise SegmentTruncated(key, st.st_size, offset, nbytes)
+            mapped = mmap.mmap(fd, st.st_size)
+        except BaseException:
+            os.close(fd)
+            raise
         with self._lock:
-            cached = self._maps.get(key)
-            if cached is not None and cached[0] == st.st_ino and cached[1] == st.st_size:
-                return memoryview(cached[2])
-            fd = os.open(path, os.O_RDWR)
-            try:
-                mapped = mmap.mmap(fd, st.st_size)
-            finally:
-                os.close(fd)
+            cached = self._maps.pop(key, None)
             if cached is not None:
                 _close_quietly(cached[2])
-            self._maps[key] = (st.st_ino, st.st_size, mapped)
+                os.close(cached[3])
+            self._maps[key] = (st.st_ino, st.st_size, mapped, fd)
             return memoryview(mapped)
 
     def drop(self, keys: list[str]) -> None:
@@ -71,6 +81,7 @@ class ClientSegments:
                 cached = self._maps.pop(key, None)
                 if cached is not None:
                     _close_quietly(cached[2])
+                    os.close(cached[3])
 
     @property
     def keys(self) -> list[str]:
@@ -236,7 +247,7 @@ class WorkerChannel:
             assert self.in_arena is not None
             return raw_to_numpy(self.in_arena.buffer[t.offset : t.offset + t.nbytes], t.datatype, t.shape)
         if t.where == ipc.WHERE_SYSTEM_SHM:
-            buf = self.client_segments.buffer(t.key, t.offset + t.nbytes)
+            buf = self.client_segments.buffer(t.key, t.offset, t.nbytes, t.path)
             return raw_to_numpy(buf[t.offset : t.offset + t.nbytes], t.datatype, t.shape)
         region = self.client_cuda.region(t.handle, t.device, t.offset + t.nbytes)
         if self.gpu_inputs and t.datatype != "BYTES":
@@ -256,12 +267,7 @@ class WorkerChannel:
                 region = self.client_cuda.region(target.handle, target.device, target.offset + target.nbytes)
                 region.write(target.offset, raw)
                 return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_CUDA_SHM, nbytes=nbytes)
-            buf = self.client_segments.buffer(target.key, target.offset + nbytes)
-            if target.offset + nbytes > len(buf):
-                raise ValueError(
-                    f"shared memory segment '{target.key}' holds {len(buf)} bytes, too few for output '{name}' "
-                    f"({nbytes} bytes at offset {target.offset}); was the region resized after registration?"
-                )
+            buf = self.client_segments.buffer(target.key, target.offset, nbytes, target.path)
             buf[target.offset : target.offset + nbytes] = raw
             return ipc.TensorMsg(name, datatype, shape, ipc.WHERE_SYSTEM_SHM, nbytes=nbytes)
         if nbytes <= ipc.INLINE_LIMIT:

@@ -28,6 +28,7 @@ from service.worker.bls_client import BlsClient
 from service.worker.channel import OutputTooLarge, WorkerChannel
 from service.worker.metrics_client import ChannelMetricsSink
 from service.worker.pb_utils import metrics as pb_metrics
+from shm.system import SegmentTruncated
 
 log = logging.getLogger("trireme.worker")
 
@@ -108,7 +109,20 @@ class Worker:
         except BaseException as e:
             self.channel.send(ipc.Failed(_describe(e)))
             raise SystemExit(1) from None
-        self.channel.send(ipc.Ready())
+        self.channel.send(ipc.Ready(ready_fn=self.backend.has_ready_fn))
+
+    def _check_ready(self, check_id: int) -> None:
+        """Run the model's readiness check on a thread of its own (it may be slow, and this is the side
+        socket's reader or the server's loop) and answer with ReadyReply."""
+
+        def run() -> None:
+            if self.thread_init is not None:
+                self.thread_init()
+            backend = self.backend
+            ready = backend is not None and backend.is_ready()
+            self.channel.send(ipc.ReadyReply(check_id, ready))
+
+        threading.Thread(target=run, name="ready-check", daemon=True).start()
 
     def on_message(self, message: Any) -> None:
         """Dispatch one message that is not a reply someone waits for."""
@@ -126,6 +140,8 @@ class Worker:
                         self.cancelled_early.add(rid)
         elif isinstance(message, ipc.Unmap):
             self.channel.client_segments.drop(message.keys)
+        elif isinstance(message, ipc.ReadyCheck):
+            self._check_ready(message.check_id)
         elif isinstance(message, ipc.BlsResponse):
             self.bls.on_response(message)
         elif isinstance(message, ipc.Shutdown):
@@ -233,6 +249,7 @@ class Worker:
         error: tuple[int, str] | None,
         final: bool,
         parameters: dict[str, Any] | None,
+        model_error: bool = False,
     ) -> None:
         """Send one response for `req` (the backend calls this through req.respond)."""
         if req.closed:
@@ -242,6 +259,7 @@ class Worker:
             msg.parameters = parameters
         if error is not None:
             msg.error_code, msg.error = error
+            msg.model_error = model_error
         elif outputs is None:
             msg.null = True
         else:
@@ -249,6 +267,8 @@ class Worker:
                 msg.outputs = self._encode_outputs(req, outputs)
             except (OutputTooLarge, ShmPoolExhausted) as e:
                 msg.error_code, msg.error = int(ErrorCode.INTERNAL), str(e)
+            except SegmentTruncated as e:  # the client truncated its output region: its error, not ours
+                msg.error_code, msg.error = int(ErrorCode.INVALID_ARG), str(e)
             except (ValueError, TypeError) as e:
                 msg.error_code, msg.error = int(ErrorCode.INTERNAL), str(e)
         req.responses_sent += 1

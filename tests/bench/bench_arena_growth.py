@@ -41,6 +41,7 @@ GROWING = [
 def start_trireme(repo: Path, port: int, log: Path, args: list[str]) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port)]
     cmd += ["--http-port", str(free_port()), "--metrics-port", str(free_port()), "--model-repository", str(repo)]
+    cmd += ["--allow-client-shm=true"]
     return subprocess.Popen([*cmd, *args], cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 

@@ -1,7 +1,7 @@
 """Benchmark: dynamic batching, instance groups and the pb_utils stacking helper, with the real perf_analyzer.
 
 Usage: .venv/bin/python tests/bench/bench_batching.py [--rounds 2] [--skip-perf] [--stability "-p 2000 -s 30 -r 8"]
-Needs perf_analyzer from tools/install-triton-tools.sh (/tmp/trireme-anchors/bin).
+Needs perf_analyzer from tools/install-triton-tools.sh ($TRIREME_TOOLS/bin).
 
 Scenarios, each measured in every round (interleaved, so VM speed swings hit both sides of a ratio alike):
 - `fixed5_batched` vs `fixed5_plain`: execute costs a fixed 5 ms whatever the batch size; throughput at c=8
@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.bench.servers import free_port, inference_counts, perf_analyzer, start_trireme, stop, wait_started  # noqa: E402
+from tests.integration.models import elementwise_py  # noqa: E402
 
 SLEEP_MODEL = """
 import time
@@ -41,18 +42,7 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
                 .as_numpy())]) for r in requests]
 """
-LOOP_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.tanh(x) * 2)]))
-        return out
-"""
+LOOP_MODEL = elementwise_py("np.tanh(x) * 2", inp="IN", out="OUT")
 STACKED_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils

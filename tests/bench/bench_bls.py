@@ -1,7 +1,7 @@
 """Benchmark: the cost of one BLS hop (a Python model calling an identity model) at c=1, Trireme vs real Triton.
 
 Usage: .venv/bin/python tests/bench/bench_bls.py [--rounds 3] [--requests 2000]
-Needs tools/install-triton-tools.sh (perf_analyzer and tritonserver in /tmp/trireme-anchors/bin).
+Needs tools/install-triton-tools.sh (perf_analyzer and tritonserver in $TRIREME_TOOLS/bin).
 
 Both servers load the same repository: `bls_identity` (Python, FP32[16] identity) and `bls_hop` (Python model
 whose execute forwards its input to `bls_identity` with InferenceRequest.exec() and returns the result). The

@@ -1,7 +1,7 @@
 """Benchmark: the response cache, with the real perf_analyzer.
 
 Usage: .venv/bin/python tests/bench/bench_cache.py [--rounds 3] [--stability "-p 3000 -s 20 -r 20"]
-Needs perf_analyzer (tools' anchors, /tmp/trireme-anchors/bin by default).
+Needs perf_analyzer (tools/install-triton-tools.sh, $TRIREME_TOOLS/bin).
 
 Scenarios, each measured in every round (interleaved, so the VM's speed swings hit both sides of a ratio alike),
 all on one server started with a small cache budget:

@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python tests/bench/bench_core_vs_triton.py [--model identity_fp32] [--rounds 3]
        [--concurrency 1 8] [--extra-pa-args "..."]
-Needs tools/install-triton-tools.sh (perf_analyzer and tritonserver in /tmp/trireme-anchors/bin).
+Needs tools/install-triton-tools.sh (perf_analyzer and tritonserver in $TRIREME_TOOLS/bin).
 Prints a markdown table: infer/s and p50/p99 latency per server and concurrency, and the per-round ratio.
 """
 

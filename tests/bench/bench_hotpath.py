@@ -11,7 +11,7 @@ is taken around each run.
 
 Usage: .venv/bin/python tests/bench/bench_hotpath.py [--rounds 3] [--cases 16:1 16:8 1M-shm:1 ...]
        [--no-in-process]
-Needs tools/install-triton-tools.sh (perf_analyzer and tritonserver in /tmp/trireme-anchors/bin).
+Needs tools/install-triton-tools.sh (perf_analyzer and tritonserver in $TRIREME_TOOLS/bin).
 Prints markdown tables: infer/s, p50/p99 and the per-round ratio to Triton (median and range over rounds), then
 CPU µs per request per process.
 """

@@ -1,7 +1,7 @@
 """Benchmark: Trireme's HTTP/REST endpoint vs real Triton's, and what HTTP costs the rest of the server.
 
 Usage: .venv/bin/python tests/bench/bench_http.py [--rounds 3] [--parts http grpc probes] [--stability "..."]
-Needs perf_analyzer and tritonserver in /tmp/trireme-anchors/bin (and `ab` for the JSON row).
+Needs perf_analyzer and tritonserver in $TRIREME_TOOLS/bin (and `ab` for the JSON row).
 
 Parts (each interleaved in rounds, ratios taken within a round):
 - http: perf_analyzer -i http on identity_fp32_any, 16 floats and 1 MiB (binary tensor data), c=1 and c=8,

@@ -8,7 +8,7 @@ the result is the median of the per-pair ratios (scraped / quiet).
 
 Usage: .venv/bin/python tests/bench/bench_metrics.py [--model identity_fp32] [--pairs 20] [--slice 5]
        [--concurrency 4] [--interval 1.0]
-Needs tools/install-triton-tools.sh (perf_analyzer in /tmp/trireme-anchors/bin). Also prints how long a scrape
+Needs tools/install-triton-tools.sh (perf_analyzer in $TRIREME_TOOLS/bin). Also prints how long a scrape
 takes and the hot-path cost of the statistics the metrics read (ModelStats.record_request + record_end).
 """
 

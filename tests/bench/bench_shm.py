@@ -2,7 +2,7 @@
 
 Both servers serve the same Python-backend model (service/example_models/identity_fp32_any, a plain Triton
 model) and are measured by the real perf_analyzer at concurrency 1, interleaved in rounds (the server order
-alternates per round). Needs tools/install-triton-tools.sh (/tmp/trireme-anchors/bin/...).
+alternates per round). Needs tools/install-triton-tools.sh ($TRIREME_TOOLS/bin/...).
 
 Usage: .venv/bin/python tests/bench/bench_shm.py [--rounds 2] [--sizes 16 1048576 16777216 67108864]
 Prints a markdown table of medians: infer/s, avg and p99 latency per server, size and transport, and the

@@ -1,7 +1,7 @@
 """Benchmark: a TorchScript MLP (3 x Linear(512, 512)) served by the pytorch backend, with the real perf_analyzer.
 
 Usage: .venv/bin/python tests/bench/bench_torch.py [--rounds 2] [--stability "-p 2000 -s 30 -r 8"] [--threads 1]
-Needs torch and perf_analyzer (/tmp/trireme-anchors/bin, from tools/install-triton-tools.sh).
+Needs torch and perf_analyzer ($TRIREME_TOOLS/bin, from tools/install-triton-tools.sh).
 
 Per round, interleaved: perf_analyzer at c=1 and c=16 (batch 1 per request) against `mlp_plain` (no batcher)
 and `mlp_batched` (`dynamic_batching {}`), and the ceiling: the same module called directly in a loop in this

@@ -1,7 +1,7 @@
 """Benchmark: the cost of tracing, with the real perf_analyzer.
 
 Usage: .venv/bin/python tests/bench/bench_trace.py [--rounds 3] [--stability "-p 3000 -s 20 -r 20"]
-Needs perf_analyzer (tools' anchors, /tmp/trireme-anchors/bin by default).
+Needs perf_analyzer (tools/install-triton-tools.sh, $TRIREME_TOOLS/bin).
 
 One server on the identity example model (FP32[16]); each round measures, back to back, tracing off
 (level OFF: the request path does not look at the tracer beyond one flag), level TIMESTAMPS at rate 1000 (one

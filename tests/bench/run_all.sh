@@ -18,12 +18,15 @@ section "Shared memory";            run $PY tests/bench/bench_shm.py --rounds 3
 section "Arenas that grow";         run $PY tests/bench/bench_arena_growth.py --size-mib 64 --rounds 3
 section "Scheduler";                run $PY tests/bench/bench_batching.py --rounds 3
 section "Framework backends";       run $PY tests/bench/bench_torch.py --rounds 3
+section "Tree models (fil backend)"; run $PY tests/bench/bench_fil_engines.py; run $PY tests/bench/bench_fil.py --rounds 1
+section "ONNX with and without OpenVINO"; run $PY tests/bench/bench_openvino.py --rounds 1
 section "BLS";                      run $PY tests/bench/bench_bls.py --rounds 3
 section "Metrics endpoint";         run $PY tests/bench/bench_metrics.py --pairs 20
 section "Model changes under load"; run $PY tests/bench/bench_reload.py
 section "HTTP/REST front end";      run $PY tests/bench/bench_http.py --rounds 3
 section "Response cache";           run $PY tests/bench/bench_cache.py --rounds 3
 section "Tracing";                  run $PY tests/bench/bench_trace.py --rounds 3
+section "OpenAI API: batching";     run $PY tests/bench/bench_openai.py
 section "load/: trireme-perf vs perf_analyzer"
 run $PY -m load crosscheck --server trireme -m identity_fp32 --concurrency 1,4 --rounds 5 -p 3000
 echo "wrote $OUT" >&2

@@ -2,7 +2,7 @@
 and the servers' inference statistics.
 
 Trireme runs as `python -m service serve` from the repository root; real Triton and perf_analyzer come from
-tools/install-triton-tools.sh (`$ANCHORS/bin`, default /tmp/trireme-anchors/bin).
+tools/install-triton-tools.sh (`$TRIREME_TOOLS/bin`, default ~/.cache/trireme/tools/bin).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from load.tools import tools_dir
+
 ROOT = Path(__file__).resolve().parents[2]
-ANCHORS = Path(os.environ.get("ANCHORS", "/tmp/trireme-anchors"))
+ANCHORS = tools_dir()  # tools/install-triton-tools.sh installs here ($TRIREME_TOOLS)
 
 
 def free_port() -> int:
@@ -73,7 +75,7 @@ def start_trireme(
         *prefix, sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
         "--http-address", "127.0.0.1", "--http-port", str(http_port or free_port()),
         "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
-        "--model-repository", str(repo), *extra_args,
+        "--model-repository", str(repo), "--allow-client-shm=true", *extra_args,
     ]  # fmt: skip
     full_env = {**os.environ, **(env or {})}
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=full_env)

@@ -31,7 +31,8 @@ MACHINE = {"nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_use
 
 
 def _traffic(url: str) -> None:
-    """Identity requests of batch sizes 1, 2, 1 and a raise_error request that makes execute raise."""
+    """Identity requests of batch sizes 1, 2, 1, a raise_error request that makes execute raise and one whose
+    error response the model returns (a success for Triton's counters)."""
     client = grpcclient.InferenceServerClient(url)
     for rows in (1, 2, 1):
         t = grpcclient.InferInput("INPUT0", [rows, 16], "FP32")
@@ -40,6 +41,9 @@ def _traffic(url: str) -> None:
     t = grpcclient.InferInput("INPUT0", [1, 3], "FP32")
     t.set_data_from_numpy(-np.ones((1, 3), np.float32))
     with pytest.raises(InferenceServerException):
+        client.infer("raise_error", [t])
+    t.set_data_from_numpy(np.full((1, 3), np.nan, np.float32))
+    with pytest.raises(InferenceServerException, match="input contains NaN"):
         client.infer("raise_error", [t])
     client.close()
 
@@ -60,6 +64,7 @@ def triton_scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
             time.sleep(0.2)
         _traffic(f"127.0.0.1:{port}")
+        time.sleep(3)  # Triton's python backend reports some statistics after the response has gone out
         yield scrape(f"http://127.0.0.1:{metrics_port}/metrics")
     finally:
         stop([proc])
@@ -88,13 +93,17 @@ def test_same_families_labels_and_counts(triton_scrape: Scrape, trireme: Any) ->
         assert sorted(sorted(s.labels) for s in ours.families[name].samples) == theirs_labels, name
     for model in ("identity_fp32", "raise_error"):
         labels = {"model": model, "version": "1"}
-        for name in ("nv_inference_request_success", "nv_inference_exec_count", "nv_inference_pending_request_count"):
+        for name in ("nv_inference_request_success", "nv_inference_exec_count", "nv_inference_pending_request_count",
+                     "nv_inference_count"):  # fmt: skip
             assert ours.value(name, **labels) == triton_scrape.value(name, **labels), (model, name)
         for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):
             expected = triton_scrape.value("nv_inference_request_failure", reason=reason, **labels)
             assert ours.value("nv_inference_request_failure", reason=reason, **labels) == expected, (model, reason)
     labels = {"model": "identity_fp32", "version": "1"}
     assert ours.value("nv_inference_count", **labels) == triton_scrape.value("nv_inference_count", **labels) == 4
+    labels = {"model": "raise_error", "version": "1"}  # the returned error counts, the raising request does not
+    assert triton_scrape.value("nv_inference_request_success", **labels) == 1
+    assert triton_scrape.value("nv_inference_count", **labels) == 1
 
 
 @pytest.mark.skipif(not os.access(PERF_ANALYZER, os.X_OK), reason="perf_analyzer is not installed")

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import tritonclient.grpc as grpcclient
 
+from load.tools import tool
 from tests.conftest import shm_entries
 
-PERF_ANALYZER = os.environ.get("PERF_ANALYZER", "/tmp/trireme-anchors/bin/perf_analyzer")
+PERF_ANALYZER = str(tool("perf_analyzer"))
 
 pytestmark = [
     pytest.mark.anchors,

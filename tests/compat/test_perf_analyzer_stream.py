@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import tritonclient.grpc as grpcclient
 
+from load.tools import tool
 from tests.conftest import copy_example, write_model
 from tests.integration.test_stream_models import ACCUMULATE_PY, accumulate_config
 
-PERF_ANALYZER = os.environ.get("PERF_ANALYZER", "/tmp/trireme-anchors/bin/perf_analyzer")
+PERF_ANALYZER = str(tool("perf_analyzer"))
 
 pytestmark = pytest.mark.skipif(not os.access(PERF_ANALYZER, os.X_OK), reason="perf_analyzer is not installed")
 

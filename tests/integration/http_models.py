@@ -6,27 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import copy_example, write_model
+from tests.integration.models import elementwise_py, python_config
 
-LINEAR_CONFIG = """
-name: "linear"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 3, 3 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 3, 3 ] } ]
-"""
+LINEAR_CONFIG = python_config("linear", [("INPUT0", "TYPE_FP32", [3, 3])], [("OUTPUT0", "TYPE_FP32", [3, 3])])
 
 # OUTPUT0 = 2 * INPUT0 + 1
-LINEAR_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", 2 * x + 1)]))
-        return out
-"""
+LINEAR_PY = elementwise_py("2 * x + 1")
 
 WORDS_CONFIG = """
 name: "words"

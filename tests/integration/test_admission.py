@@ -19,29 +19,19 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_example, write_model
+from tests.integration.models import elementwise_py, python_config
 
-SLOW = """
-name: "{name}"
-backend: "python"
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-instance_group [ {{ count: 4 kind: KIND_CPU }} ]
-"""
-SLOW_PY = """
-import time
-import triton_python_backend_utils as pb_utils
+SLOW_PY = elementwise_py(setup="time.sleep(1.5)")
 
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(1.5)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0")
-                .as_numpy())]) for r in requests]
-"""
+
+def _slow_config(name: str) -> str:
+    one = [("INPUT0", "TYPE_FP32", [1])], [("OUTPUT0", "TYPE_FP32", [1])]
+    return python_config(name, *one, extra="instance_group [ { count: 4 kind: KIND_CPU } ]")
 
 
 def _repo(tmp_path: Path) -> Path:
     for name in ("slow_a", "slow_b"):
-        write_model(tmp_path, name, SLOW.format(name=name), SLOW_PY)
+        write_model(tmp_path, name, _slow_config(name), SLOW_PY)
     copy_example(tmp_path, "identity_fp32")
     return tmp_path
 

@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ServerProcess, running_server, write_model
+from tests.integration.models import elementwise_py, python_config
 
 MIB = 1 << 20
 ARENA_ARGS = [
@@ -25,29 +26,15 @@ ARENA_ARGS = [
     f"--backend-config=python,shm-growth-byte-size={MIB}",
 ]
 
-IDENTITY_CONFIG = """
-    name: "identity"
-    backend: "python"
-    max_batch_size: 0
-    input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
-    output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
-    instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
+IDENTITY_CONFIG = python_config(
+    "identity",
+    [("IN", "TYPE_FP32", [-1])],
+    [("OUT", "TYPE_FP32", [-1])],
+    extra="instance_group [ { count: 1 kind: KIND_CPU } ]",
+)
 
 # OUT = IN + 1 (a new array the worker writes into its response arena)
-IDENTITY_PY = """
-    import triton_python_backend_utils as pb_utils
-
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            return [
-                pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() + 1)]
-                )
-                for r in requests
-            ]
-"""
+IDENTITY_PY = elementwise_py("x + 1", inp="IN", out="OUT")
 
 BLS_CONFIG = IDENTITY_CONFIG.replace('"identity"', '"bls_big"')
 
@@ -74,13 +61,7 @@ BLS_PY = """
 """
 
 
-EXPAND_CONFIG = """
-    name: "expand"
-    backend: "python"
-    max_batch_size: 0
-    input [ { name: "MIB" data_type: TYPE_INT32 dims: [ 1 ] } ]
-    output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"""
+EXPAND_CONFIG = python_config("expand", [("MIB", "TYPE_INT32", [1])], [("OUT", "TYPE_FP32", [-1])])
 
 # A small request, a large response: OUT holds MIB MiB of ones (grows the worker's response arena).
 EXPAND_PY = """

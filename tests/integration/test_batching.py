@@ -13,6 +13,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import write_model
+from tests.integration.models import elementwise_py
 
 COUNT_MODEL = """
 import numpy as np
@@ -29,16 +30,7 @@ class TritonPythonModel:
         return responses
 """
 
-SLOW_MODEL = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(1.0)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
-                .as_numpy())]) for r in requests]
-"""
+SLOW_MODEL = elementwise_py(inp="IN", out="OUT", setup="time.sleep(1.0)")
 
 STACKED_MODEL = """
 import numpy as np

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import ServerProcess, running_server, write_model
+from tests.integration import models
+from tests.integration.models import python_config
 
 IDENTITY_CONFIG = """
 name: "{name}"
@@ -20,18 +22,7 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 instance_group [ {{ kind: KIND_CPU count: {count} }} ]
 """
 
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
-            )
-            for r in requests
-        ]
-"""
+IDENTITY_PY = models.IDENTITY_PY
 
 # forwards INPUT0 to the model named by the request parameter "target" (default bls_identity), asking that
 # model to forward to "then" in turn (when it is a caller too)
@@ -87,14 +78,7 @@ class TritonPythonModel:
         return responses
 """
 
-REPEAT_CONFIG = """
-name: "bls_repeat"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-model_transaction_policy { decoupled: true }
-"""
+REPEAT_CONFIG = python_config("bls_repeat", extra="model_transaction_policy { decoupled: true }")
 
 # decoupled: sends int(INPUT0[0]) responses, the k-th being INPUT0 + k, then the final flag alone
 REPEAT_PY = """
@@ -133,11 +117,15 @@ class TritonPythonModel:
             errors = []
             if params.get("async"):
                 async for reply in await call.async_exec(decoupled=True):
+                    if not reply.output_tensors():  # the final, flags-only response (Triton yields it too)
+                        continue
                     parts.append(pb_utils.get_output_tensor_by_name(reply, "OUTPUT0").as_numpy().copy())
             else:
                 for reply in call.exec(decoupled=True):
                     if reply.has_error():
                         errors.append(reply.error().message())
+                        continue
+                    if not reply.output_tensors():
                         continue
                     parts.append(pb_utils.get_output_tensor_by_name(reply, "OUTPUT0").as_numpy().copy())
             if errors:
@@ -164,20 +152,11 @@ def _repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def bls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One server with the BLS test models."""
     tmp = tmp_path_factory.mktemp("bls")
     with running_server([_repo(tmp)], tmp / "server.log") as server:
         yield server
-
-
-@pytest.fixture
-def client(bls_server: ServerProcess):  # type: ignore[no-untyped-def]
-    import tritonclient.grpc as grpcclient
-
-    c = grpcclient.InferenceServerClient(bls_server.url)
-    yield c
-    c.close()
 
 
 def _infer(client, model: str, x: np.ndarray, **params):  # type: ignore[no-untyped-def]
@@ -274,11 +253,11 @@ def test_bls_cycle_between_models_fails_instead_of_deadlocking(client) -> None: 
     assert "BLS failed: BLS failed: " in text and "would deadlock" in text and "'bls_caller'" in text
 
 
-def test_bls_over_stream(bls_server: ServerProcess) -> None:
+def test_bls_over_stream(server: ServerProcess) -> None:
     import tritonclient.grpc as grpcclient
 
     results: queue.Queue = queue.Queue()
-    c = grpcclient.InferenceServerClient(bls_server.url)
+    c = grpcclient.InferenceServerClient(server.url)
     try:
         c.start_stream(callback=lambda result, error: results.put((result, error)))
         x = np.arange(3, dtype=np.float32)

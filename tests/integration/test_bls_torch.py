@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, ServerProcess, write_model
+from tests.integration.models import python_config
 
 if importlib.util.find_spec("torch") is None or not (ROOT / "service" / "worker" / "backends" / "pytorch.py").exists():
     pytest.skip("needs torch and the pytorch backend (service/worker/backends/pytorch.py)", allow_module_level=True)
@@ -88,21 +89,9 @@ class TritonPythonModel:
             "SCORE", pb_utils.get_input_tensor_by_name(r, "HIDDEN").as_numpy().sum(axis=-1))]) for r in requests]
 """
 
-PRE_CONFIG = """
-name: "tpre"
-backend: "python"
-max_batch_size: 0
-input [ { name: "TEXT" data_type: TYPE_INT64 dims: [ -1, -1 ] } ]
-output [ { name: "TOKENS" data_type: TYPE_INT64 dims: [ -1, -1 ] } ]
-"""
+PRE_CONFIG = python_config("tpre", [("TEXT", "TYPE_INT64", [-1, -1])], [("TOKENS", "TYPE_INT64", [-1, -1])])
 
-POST_CONFIG = """
-name: "tpost"
-backend: "python"
-max_batch_size: 0
-input [ { name: "HIDDEN" data_type: TYPE_FP32 dims: [ -1, -1, 8 ] } ]
-output [ { name: "SCORE" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]
-"""
+POST_CONFIG = python_config("tpost", [("HIDDEN", "TYPE_FP32", [-1, -1, 8])], [("SCORE", "TYPE_FP32", [-1, -1])])
 
 ENSEMBLE_CONFIG = """
 name: "tpipeline"

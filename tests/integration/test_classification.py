@@ -9,6 +9,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.conftest import write_model
+from tests.integration.models import elementwise_py
 
 CONFIG = """
     name: "scores"
@@ -17,18 +18,7 @@ CONFIG = """
     input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
     output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt" } ]
 """
-IDENTITY = """
-    import triton_python_backend_utils as pb_utils
-
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            out = []
-            for r in requests:
-                x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
-            return out
-"""
+IDENTITY = elementwise_py(inp="IN", out="OUT")
 
 
 def test_top_k_with_labels(tmp_path: Path, start_server) -> None:  # type: ignore[no-untyped-def]

@@ -10,18 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_example, shm_entries, write_model
+from tests.integration.models import python_config
 
-CRASHY_CONFIG = """
-    name: "crashy"
-    backend: "python"
-    max_batch_size: 4
-    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-"""
+CRASHY_CONFIG = python_config(
+    "crashy", [("INPUT0", "TYPE_FP32", [1])], [("OUTPUT0", "TYPE_FP32", [1])], max_batch_size=4
+)
 
 # INPUT0 == 1: os._exit; == 2: segfault; == 3: sleep 2 s (to be killed); else identity.
 # Every start after the first sleeps 1.5 s in initialize, so a restart is observable from the outside.
@@ -87,6 +85,8 @@ def test_crashing_stub_fails_only_its_request_and_restarts(
     assert "Stub process 'crashy_0_0' is not healthy" in info.value.message()
     # the restart takes >= 1.5 s: meanwhile the model is not ready, the server and other models still serve
     assert not client.is_model_ready("crashy")
+    assert not client.is_server_ready()  # its only instance is dead: /v2/health/ready too, as Triton 2.73
+    assert requests.get(f"http://{server.http_url}/v2/health/ready", timeout=10).status_code == 400
     assert client.is_server_live()
     ones = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
     ones.set_data_from_numpy(np.ones((1, 16), np.float32))

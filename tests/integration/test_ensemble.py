@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ServerProcess, running_server, write_model
+from tests.integration.models import python_config
 from tests.integration.test_bls import REPEAT_PY  # decoupled: int(INPUT0[0]) responses, then FINAL
 
 # y = x * SCALE + OFFSET; with RENDEZVOUS set, first waits (up to 20 s) until its peer step has started too,
@@ -57,14 +58,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 parameters [ {params} ]
 """
 
-REPEAT_CONFIG = """
-name: "ens_repeat"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-model_transaction_policy { decoupled: true }
-"""
+REPEAT_CONFIG = python_config("ens_repeat", extra="model_transaction_policy { decoupled: true }")
 
 
 def _param(key: str, value: str) -> str:
@@ -137,21 +131,12 @@ def build_repo(repo: Path, rendezvous: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ens_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("ens")
     rendezvous = tmp / "rendezvous"
     rendezvous.mkdir()
     with running_server([build_repo(tmp / "repo", rendezvous)], tmp / "server.log") as server:
         yield server
-
-
-@pytest.fixture
-def client(ens_server: ServerProcess):  # type: ignore[no-untyped-def]
-    import tritonclient.grpc as grpcclient
-
-    c = grpcclient.InferenceServerClient(ens_server.url)
-    yield c
-    c.close()
 
 
 def _input(x: np.ndarray):  # type: ignore[no-untyped-def]
@@ -245,16 +230,16 @@ def _stream(url: str, model: str, x: np.ndarray, count: int) -> list:  # type: i
         c.close()
 
 
-def test_pipeline_over_stream(ens_server: ServerProcess) -> None:
+def test_pipeline_over_stream(server: ServerProcess) -> None:
     x = np.array([3.0], dtype=np.float32)
-    [(result, error)] = _stream(ens_server.url, "ens_simple", x, 1)
+    [(result, error)] = _stream(server.url, "ens_simple", x, 1)
     assert error is None
     np.testing.assert_allclose(result.as_numpy("OUT"), (x + 1) * 5)
 
 
-def test_decoupled_step_streams_through_ensemble(ens_server: ServerProcess) -> None:
+def test_decoupled_step_streams_through_ensemble(server: ServerProcess) -> None:
     x = np.array([3, 7], dtype=np.float32)
-    got = _stream(ens_server.url, "ens_stream", x, 4)  # 3 responses, then the empty final
+    got = _stream(server.url, "ens_stream", x, 4)  # 3 responses, then the empty final
     outs = sorted(tuple(r.as_numpy("OUT")) for r, e in got[:3])
     assert outs == sorted(tuple((x + k) * 5) for k in range(3))
     assert all(e is None for _, e in got)

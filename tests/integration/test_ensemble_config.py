@@ -7,15 +7,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_model
+from tests.integration.models import python_config
 from tests.integration.test_ensemble import AFFINE_CONFIG, AFFINE_PY, _step, ensemble_config
 
-INT_CONFIG = """
-name: "cfg_int"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
-"""
+INT_CONFIG = python_config("cfg_int", [("INPUT0", "TYPE_INT32", [-1])], [("OUTPUT0", "TYPE_INT32", [-1])])
 
 BAD = {
     "bad_missing_model": (

@@ -16,6 +16,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ServerProcess, running_server, write_model
+from tests.integration.models import elementwise_py
 
 IO = """
     input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
@@ -48,18 +49,7 @@ REPEAT_PY = """
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 
-SQUARE_PY = """
-    import triton_python_backend_utils as pb_utils
-
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            out = []
-            for request in requests:
-                x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * x)]))
-            return out
-"""
+SQUARE_PY = elementwise_py("x * x", inp="IN", out="OUT")
 
 # A sequence model: OUT = running sum of IN over the sequence (reset by the START flag).
 ACCUMULATE_PY = """

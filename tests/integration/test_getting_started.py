@@ -30,12 +30,13 @@ from pathlib import Path
 
 import pytest
 
+from load.tools import tool
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "getting-started.md"
 GUIDE_PORTS = ("8001", "8000")
-PERF_ANALYZER = Path(os.environ.get("TRIREME_PERF_ANALYZER_BIN", "/tmp/trireme-anchors/bin/perf_analyzer"))
+PERF_ANALYZER = tool("perf_analyzer")
 FENCE = re.compile(r"^```(\S*)([^\n]*)\n(.*?)^```\s*$", re.S | re.M)
 
 pytestmark = pytest.mark.slow

@@ -81,13 +81,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield s
 
 
-@pytest.fixture
-def client(server: ServerProcess) -> Iterator[Any]:
-    c = grpcclient.InferenceServerClient(server.url)
-    yield c
-    c.close()
-
-
 def _infer(client: Any, model: str, x: np.ndarray, **params: Any) -> Any:
     inp = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)

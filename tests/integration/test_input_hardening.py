@@ -10,28 +10,20 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ServerProcess, copy_example, running_server, write_model
+from tests.integration import models
+from tests.integration.models import python_config
 
-IDENTITY4 = """
-name: "identity4"
-backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-"""
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0")
-                .as_numpy())]) for r in requests]
-"""
+IDENTITY4 = python_config(
+    "identity4", [("INPUT0", "TYPE_FP32", [4])], [("OUTPUT0", "TYPE_FP32", [4])], max_batch_size=8
+)
+IDENTITY_PY = models.IDENTITY_PY
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +114,20 @@ def test_typed_contents_of_another_datatype_are_refused(stub: pb_grpc.GRPCInfere
             "failed to get model version from specified version string '\u0661' (details: only the ASCII digits 0-9 "
             "are allowed), version should be an integral value > 0",
         ),
+        # beyond int64 (Triton's stoll): 10,000 digits once answered INTERNAL from Python's int() digit limit
+        *(
+            (
+                v,
+                f"failed to get model version from specified version string '{v}' (details: stoll), version should "
+                "be an integral value > 0",
+            )
+            for v in ("9223372036854775808", "1" + "0" * 30)
+        ),
+        (
+            "9" * 10_000,
+            f"failed to get model version from specified version string '{'9' * 32}...(10000 digits)' (details: "
+            "stoll), version should be an integral value > 0",
+        ),
     ],
 )
 def test_versions_are_ascii_digits(stub: pb_grpc.GRPCInferenceServiceStub, version: str, message: str) -> None:
@@ -136,6 +142,31 @@ def test_versions_are_ascii_digits(stub: pb_grpc.GRPCInferenceServiceStub, versi
         err = _error(call)
         assert (err.code(), err.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
     assert stub.ModelInfer(_infer_request([1, 4], "1")).model_version == "1"
+
+
+def test_reserved_parameter_prefix_over_grpc(stub: pb_grpc.GRPCInferenceServiceStub) -> None:
+    msg = _infer_request([1, 4])
+    msg.parameters["triton_anything"].bool_param = True
+    err = _error(lambda: stub.ModelInfer(msg))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details() == (
+        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with "
+        "'triton_' are allowed: triton_enable_empty_final_response"
+    )
+
+
+@pytest.mark.parametrize("version", ["1" + "0" * 30, "9" * 4000])
+def test_huge_version_over_http_is_400(server: ServerProcess, version: str) -> None:
+    body = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [0, 1, 2, 3]}]}
+    for method, path, payload in (
+        ("POST", f"/v2/models/identity4/versions/{version}/infer", body),
+        ("GET", f"/v2/models/identity4/versions/{version}", None),
+        ("GET", f"/v2/models/identity4/versions/{version}/ready", None),
+    ):
+        r = requests.request(method, f"http://{server.http_url}{path}", json=payload, timeout=30)
+        assert r.status_code == 400, (path[:40], r.status_code, r.text[:200])
+        if method == "POST" or "ready" not in path:  # a ready probe answers with the status alone
+            assert "(details: stoll), version should be an integral value > 0" in r.json()["error"]
 
 
 def test_unparsable_bodies_are_invalid_argument_with_one_log_line(
@@ -175,14 +206,24 @@ def test_unparsable_bodies_are_invalid_argument_with_one_log_line(
         ("a/b", "model name must not contain path traversal characters"),
         ("/etc", "model name must not contain path traversal characters"),
         ("a\x00b", "model name must not contain path traversal characters"),
+        (" ..", "model name must not contain path traversal characters"),  # Triton 2.73 refuses these too
+        (".. ", "model name must not contain path traversal characters"),
+        (" . ", "model name must not contain path traversal characters"),
     ],
 )
 def test_load_and_unload_names_are_checked(server: ServerProcess, name: str, message: str) -> None:
     client = grpcclient.InferenceServerClient(server.url)
-    for call in (client.load_model, client.unload_model):
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model(name)
+    assert (info.value.status(), info.value.message()) == ("StatusCode.INVALID_ARGUMENT", message)
+    if "traversal" in message:
+        # an unload is a lookup among loaded models, not a path: answered as for any unknown model (no error)
+        client.unload_model(name)
+    else:
         with pytest.raises(InferenceServerException) as info:
-            call(name)
+            client.unload_model(name)
         assert (info.value.status(), info.value.message()) == ("StatusCode.INVALID_ARGUMENT", message)
+    assert client.is_server_live()
     client.close()
     assert "poll" not in server.log()  # refused before any repository lookup
 

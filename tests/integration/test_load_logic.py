@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from load.__main__ import float_range, int_range
+from load.cli import float_range, int_range
 from load.client import InputTensor, build_infer_request, request_suffix
 from load.data import (
     ConfigError,

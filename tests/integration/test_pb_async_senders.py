@@ -16,16 +16,14 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ServerProcess, running_server, write_model
+from tests.integration.models import python_config
 
-ASYNC_CONFIG = """
-    name: "async_sleep"
-    backend: "python"
-    max_batch_size: 0
-    model_transaction_policy { decoupled: true }
-    input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
-    output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-    instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
+ASYNC_CONFIG = python_config(
+    "async_sleep",
+    [("MS", "TYPE_INT32", [1])],
+    [("OUT", "TYPE_INT32", [1])],
+    extra="model_transaction_policy { decoupled: true }\ninstance_group [ { count: 1 kind: KIND_CPU } ]",
+)
 
 # Sleeps MS milliseconds without blocking the instance's event loop, then answers; a negative MS raises.
 ASYNC_PY = """
@@ -48,14 +46,12 @@ ASYNC_PY = """
             return None
 """
 
-SLEEPER_CONFIG = """
-    name: "sleeper"
-    backend: "python"
-    max_batch_size: 0
-    input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
-    output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-    instance_group [ { count: 3 kind: KIND_CPU } ]
-"""
+SLEEPER_CONFIG = python_config(
+    "sleeper",
+    [("MS", "TYPE_INT32", [1])],
+    [("OUT", "TYPE_INT32", [1])],
+    extra="instance_group [ { count: 3 kind: KIND_CPU } ]",
+)
 
 # A blocking model with three instances: sleeps MS milliseconds and echoes MS.
 SLEEPER_PY = """

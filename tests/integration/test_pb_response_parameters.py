@@ -14,6 +14,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ServerProcess, running_server, write_model
+from tests.integration.models import python_config
 
 CONFIG = """
     name: "{name}"
@@ -64,13 +65,7 @@ PARAMS_PY = """
             return None if self.decoupled else responses
 """
 
-BLS_CONFIG = """
-    name: "params_bls"
-    backend: "python"
-    max_batch_size: 0
-    input [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]
-    output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
-"""
+BLS_CONFIG = python_config("params_bls", [("PARAMS", "TYPE_STRING", [1])], [("OUT", "TYPE_STRING", [1])])
 
 # Calls both models through BLS and reports the parameters() of every response it got, as JSON.
 BLS_PY = """

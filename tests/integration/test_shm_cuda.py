@@ -12,6 +12,7 @@ import tritonclient.grpc as grpcclient
 
 from shm.cuda import CudaRegion, cuda_available
 from tests.conftest import write_model
+from tests.integration.models import python_config
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="needs cupy and a CUDA device")]
 
@@ -34,14 +35,12 @@ class TritonPythonModel:
             ]))
         return responses
 """
-GPU_CONFIG = """
-name: "gpu_double"
-backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "ON_GPU" data_type: TYPE_FP32 dims: [ 1 ] } ]
-parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value { string_value: "no" } }
-"""
+GPU_CONFIG = python_config(
+    "gpu_double",
+    outputs=[("OUTPUT0", "TYPE_FP32", [-1]), ("ON_GPU", "TYPE_FP32", [1])],
+    max_batch_size=8,
+    extra='parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value { string_value: "no" } }',
+)
 
 
 def test_cuda_region_input_and_output(start_server: Any, tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,33 +14,16 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor, serialized_byte_size
 
 from tests.conftest import ServerProcess, copy_example, running_server, shm_entries, write_model
+from tests.integration.models import elementwise_py, python_config
 
 # A model that takes 0.5 s: lets a test unregister a region while a request that uses it is running.
-SLOW_MODEL = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(0.5)
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 2)]
-            )
-            for r in requests
-        ]
-"""
-SLOW_CONFIG = """
-name: "slow_double"
-backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"""
+SLOW_MODEL = elementwise_py("x * 2", setup="time.sleep(0.5)")
+SLOW_CONFIG = python_config("slow_double", max_batch_size=8)
 CRASH_MODEL = """
 import os
 import triton_python_backend_utils as pb_utils
@@ -358,12 +343,25 @@ def test_cuda_shared_memory_on_cpu_host(client: grpcclient.InferenceServerClient
     assert status_code(excinfo) == "StatusCode.NOT_FOUND"
 
 
-def test_client_shm_disabled(start_server: Any, region: RegionFactory) -> None:
-    server = start_server(args=["--allow-client-shm=false"])
+@pytest.mark.parametrize("args", [[], ["--allow-client-shm=false"]], ids=["default", "false"])
+def test_client_shm_disabled(start_server: Any, region: RegionFactory, args: list[str]) -> None:
+    """Off by default as in Triton 2.69+ (no flag at all), and with the flag false: the error names the flag."""
+    server = start_server(args=args, client_shm=False)
     c = grpcclient.InferenceServerClient(server.url)
+    h = httpclient.InferenceServerClient(server.http_url)
     try:
         key, _ = region(64)
         message = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+        for http_call in (
+            lambda: h.register_system_shared_memory("r", key, 64),
+            lambda: h.unregister_system_shared_memory(),
+            lambda: h.register_cuda_shared_memory("g", b"AAAA", 0, 64),
+        ):
+            with pytest.raises(InferenceServerException) as excinfo:
+                http_call()
+            assert excinfo.value.message() == message
+            assert excinfo.value.status() == "501"
+        assert h.get_system_shared_memory_status() == []
         calls = [
             lambda: c.register_system_shared_memory("r", key, 64),
             lambda: c.unregister_system_shared_memory(),
@@ -383,5 +381,78 @@ def test_client_shm_disabled(start_server: Any, region: RegionFactory) -> None:
         assert status_code(excinfo) == "StatusCode.NOT_FOUND"
     finally:
         c.close()
+        h.close()
         server.stop()
     assert not [n for n in shm_entries() if n.startswith(f"trireme_{server.proc.pid}_")]
+
+
+def truncate(key: str, size: int) -> None:
+    """What a misbehaving client does to its own region after registering it."""
+    fd = os.open(f"/dev/shm/{key.lstrip('/')}", os.O_RDWR)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def test_truncated_region_is_refused_and_nothing_dies(
+    server: ServerProcess, client: grpcclient.InferenceServerClient, region: RegionFactory
+) -> None:
+    key, handle = region(65536)
+    shm.set_shared_memory_region(handle, [np.ones(4, np.float32)], offset=32768)
+    shm.set_shared_memory_region(handle, [np.array([b"abc"], dtype=np.object_)], offset=40000)
+    client.register_system_shared_memory("shrunk", key, 65536)
+    b = grpcclient.InferInput("INPUT1", [4], "FP32")
+    b.set_data_from_numpy(np.zeros(4, np.float32))
+    far = shm_input("INPUT0", [4], "FP32", "shrunk", 16, offset=32768)
+    client.infer("add_sub", [far, b])  # the worker maps the whole 64 KiB segment
+    workers = sorted(server.worker_pids())
+    truncate(key, 4096)
+
+    def refused(model: str, inputs: list[Any], outputs: list[Any] | None = None) -> str:
+        with pytest.raises(InferenceServerException) as excinfo:
+            client.infer(model, inputs, outputs=outputs)
+        assert status_code(excinfo) == "StatusCode.INVALID_ARGUMENT"
+        return excinfo.value.message()
+
+    def message(offset: int, nbytes: int) -> str:
+        return (
+            f"Invalid shared memory region: 'shrunk': shared memory object '{key}' holds 4096 bytes, too few for "
+            f"{nbytes} bytes at offset {offset}: it was truncated after registration"
+        )
+
+    assert refused("add_sub", [far, b]) == message(32768, 16)
+    bytes_in = shm_input("INPUT0", [1, 1], "BYTES", "shrunk", 7, offset=40000)  # the server parses these itself
+    assert refused("identity_bytes", [bytes_in]) == message(40000, 7)
+    near = shm_input("INPUT0", [4], "FP32", "shrunk", 16)
+    assert refused("add_sub", [near, b], [shm_output("OUTPUT0", "shrunk", 16, offset=49152)]) == message(49152, 16)
+    # the part that is still there serves, from the same workers and server
+    shm.set_shared_memory_region(handle, [np.full(4, 2.0, np.float32)])
+    out = client.infer("add_sub", [near, b], outputs=[shm_output("OUTPUT0", "shrunk", 16, offset=1024)])
+    assert out.get_output("OUTPUT0") is not None
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [4], offset=1024), np.full(4, 2.0))
+    assert server.proc.poll() is None
+    assert sorted(server.worker_pids()) == workers
+    client.unregister_system_shared_memory("shrunk")
+
+
+def test_a_region_whose_key_was_unlinked_keeps_serving(
+    server: ServerProcess, client: grpcclient.InferenceServerClient
+) -> None:
+    """Create, register, unlink (so nothing leaks if the client dies): Triton keeps serving the region, as the
+    server mapped it; so must the worker, which maps it later (it opens the object the server registered)."""
+    key = f"/trireme_test_{uuid.uuid4().hex[:12]}"
+    handle = shm.create_shared_memory_region(key.lstrip("/"), key, 64)
+    try:
+        shm.set_shared_memory_region(handle, [np.arange(4, dtype=np.float32)])
+        client.register_system_shared_memory("unlinked", key, 64)
+        os.unlink(f"/dev/shm/{key.lstrip('/')}")
+        b = grpcclient.InferInput("INPUT1", [4], "FP32")
+        b.set_data_from_numpy(np.ones(4, np.float32))
+        inputs = [shm_input("INPUT0", [4], "FP32", "unlinked", 16), b]
+        client.infer("add_sub", inputs, outputs=[shm_output("OUTPUT0", "unlinked", 16, offset=32)])
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [4], offset=32), np.arange(4) + 1)
+        client.unregister_system_shared_memory("unlinked")
+    finally:
+        with contextlib.suppress(Exception):
+            shm.destroy_shared_memory_region(handle)

@@ -13,6 +13,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 
 from tests.conftest import ServerProcess, write_model
+from tests.integration.models import python_config
 
 # Returns the first 4 input values, then writes -1 into the input's first element: when the model's array is
 # the client's own memory, the client sees that write in its region.
@@ -30,13 +31,7 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", head)]))
         return responses
 """
-PROBE_CONFIG = """
-name: "probe"
-backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"""
+PROBE_CONFIG = python_config("probe", max_batch_size=8)
 SIZE = 64 << 20
 COUNT = SIZE // 4
 LOG_LINE = re.compile(

@@ -12,16 +12,15 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from tests.conftest import write_model
+from tests.integration.models import python_config
 
-CONFIG = """
-    name: "slowish"
-    backend: "python"
-    max_batch_size: 8
-    input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
-    output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-    instance_group [ { count: 2 kind: KIND_CPU } ]
-    dynamic_batching { max_queue_delay_microseconds: 1000 }
-"""
+CONFIG = python_config(
+    "slowish",
+    [("IN", "TYPE_FP32", [1])],
+    [("OUT", "TYPE_FP32", [1])],
+    max_batch_size=8,
+    extra="instance_group [ { count: 2 kind: KIND_CPU } ]\ndynamic_batching { max_queue_delay_microseconds: 1000 }",
+)
 MODEL = """
     import time
 

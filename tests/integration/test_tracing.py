@@ -20,15 +20,10 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import free_port, running_server, write_model
+from tests.integration import models
+from tests.integration.models import python_config
 
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0",
-                pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
-"""
+IDENTITY_PY = models.IDENTITY_PY
 
 BLS_PY = """
 import triton_python_backend_utils as pb_utils
@@ -48,13 +43,7 @@ class TritonPythonModel:
 
 
 def io_config(name: str) -> str:
-    return f"""
-    name: "{name}"
-    backend: "python"
-    max_batch_size: 0
-    input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-    output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-    """
+    return python_config(name)
 
 
 ENSEMBLE = """
@@ -204,6 +193,22 @@ def test_trace_file_timestamps_are_ordered_and_match_statistics(repo: Path, tmp_
     assert compute["input"] == stats.compute_input.ns
     assert compute["infer"] == stats.compute_infer.ns
     assert compute["output"] == stats.compute_output.ns
+
+
+def test_a_large_response_with_tracing_on_is_answered_whole_and_traced(repo: Path, tmp_path: Path) -> None:
+    # above LARGE_BYTES (1 MiB) ModelInfer answers through the large-message serialiser, traced or not (the
+    # traced handler used to encode with protobuf instead); tests/unit/test_grpc_infer_path.py checks the path
+    trace_file = tmp_path / "trace.json"
+    args = ["--trace-config", f"triton,file={trace_file}", "--trace-config", "level=TIMESTAMPS"]
+    args += ["--trace-config", "rate=1"]
+    n = (3 << 20) // 4  # 3 MiB of FP32
+    with running_server([repo], tmp_path / "server.log", args) as server:
+        client = grpcclient.InferenceServerClient(server.url)
+        infer(client, "ident", n=n)
+        client.close()
+    traces = traces_by_id(json.loads(trace_file.read_text()))
+    assert len(traces) == 1
+    assert list(next(iter(traces.values()))["timestamps"]) == ORDER
 
 
 def test_rate_count_children_and_tensors(repo: Path, tmp_path: Path) -> None:

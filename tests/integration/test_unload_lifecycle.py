@@ -15,6 +15,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from service.ipc.arena import SEGMENT_PREFIX
+from tests.integration.models import python_config
 from tests.steady_load import tagged_config, tagged_model
 
 MODEL = "tagged"
@@ -163,13 +164,7 @@ ensemble_scheduling { step [ {
 } ] }
 """
 
-BLS_CONFIG = """
-name: "caller"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 3 ] } ]
-"""
+BLS_CONFIG = python_config("caller", [("INPUT0", "TYPE_FP32", [1])], [("OUTPUT0", "TYPE_FP32", [3])])
 
 BLS_MODEL = """
 import triton_python_backend_utils as pb_utils

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +24,7 @@ def main() -> int:
     if args.full:
         os.environ["TRIREME_RELIABILITY"] = "full"
     # imported after the environment is set: the length is read at import
-    from tests.reliability import fuzz, probes
+    from tests.reliability import fuzz, hostile, probes
     from tests.reliability.servers import build_repo, start, stop
     from tests.reliability.tally import FULL, Tally, scaled
 
@@ -52,6 +53,23 @@ def main() -> int:
         report("SIGTERM drain", drain, f" (exit status {status})")
     finally:
         stop(target)
+    # hostile clients last, one group at a time, on a server of their own: a server one of them kills (Triton
+    # 2.51 dies on a shrunk region and on deep JSON) is replaced before the next group
+    hostile_target = start(args.server, repo, tmp / "hostile.log")
+    try:
+        for group in [*hostile.GROUPS, hostile.split_malformed_chunk]:
+            if not hostile_target.alive():
+                stop(hostile_target)
+                hostile_target = start(args.server, repo, tmp / f"hostile-{group.__name__}.log")
+            if group is hostile.split_malformed_chunk:
+                tally = Tally()
+                group(hostile_target, tally, random.Random(25))
+            else:
+                tally = hostile.fuzz_hostile(hostile_target, 24, scaled(1, 3), only=[group.__name__])
+            examples = {k: v[:160] for k, v in tally.examples.items() if k != "OK"}
+            report(f"hostile: {group.__name__}", tally, f"  examples {examples}")
+    finally:
+        stop(hostile_target)
     length = "full" if FULL else "short"
     print(total.line(f"reliability ({args.server}, {length})"))
     print(f"server log: {target.log}", file=sys.stderr)

@@ -81,7 +81,8 @@ def start(kind: str, repo: Path, log: Path, extra: list[str] | None = None, time
         cmd = [sys.executable, "-m", "service", "serve", "--model-repository", str(repo),
                "--grpc-address", "127.0.0.1", "--grpc-port", str(grpc_port),
                "--http-address", "127.0.0.1", "--http-port", str(http_port),
-               "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port())]  # fmt: skip
+               "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
+               "--allow-client-shm=true"]  # fmt: skip
         ready = "Started GRPCInferenceService"
     else:
         cmd = [str(ANCHORS / "bin" / "tritonserver"), f"--model-repository={repo}", f"--grpc-port={grpc_port}",

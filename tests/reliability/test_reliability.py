@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.reliability import fuzz, probes
+from tests.reliability import fuzz, hostile, probes
 from tests.reliability.tally import Tally, Target, scaled
 
 pytestmark = pytest.mark.reliability
@@ -36,6 +36,11 @@ def test_fuzz_shared_memory(target: Target, summary: Tally) -> None:
 
 def test_fuzz_http_bodies(target: Target, summary: Tally) -> None:
     _record(summary, fuzz.fuzz_http(target, seed=23, count=scaled(40, 300)), target)
+
+
+def test_hostile_clients(target: Target, summary: Tally) -> None:
+    """Shrunk and unlinked shm regions, huge versions, deep JSON, decompression bombs, chunk floods."""
+    _record(summary, hostile.fuzz_hostile(target, seed=24, rounds=scaled(1, 3)), target)
 
 
 def test_big_messages(target: Target, summary: Tally) -> None:
@@ -67,6 +72,17 @@ def test_soak(target: Target, summary: Tally) -> None:
     tally = probes.soak(target, seconds=scaled(4, 60))
     _record(summary, tally, target)
     assert tally.rss_growth < 64 * 2**20, tally.line("soak")
+
+
+def test_malformed_chunk_split_across_reads(target: Target, summary: Tally) -> None:
+    """A body that stops parsing after its request's handler started is a 400 at once (aiohttp alone left that
+    request waiting until the client went away: service/frontend/http/protocol.py)."""
+    import random
+
+    tally = Tally()
+    hostile.split_malformed_chunk(target, tally, random.Random(25))
+    _record(summary, tally, target)
+    assert dict(tally.statuses) == {"http-400": 1}, tally.examples
 
 
 def test_sigterm_drains_in_flight_requests(target: Target, summary: Tally) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.config.flags import parse_args
-from service.core.repository.poller import snapshot
+from service.core.repository.snapshots import snapshot
 
 
 def _model(root: Path) -> Path:

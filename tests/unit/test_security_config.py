@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
+from service.config.access import RestrictedApi, parse_restricted
 from service.config.flags import parse_args
-from service.config.security import RestrictedApi, parse_restricted
 
 
 def test_restricted_rule_parses_groups_key_and_value() -> None:
@@ -54,6 +54,6 @@ def test_keepalive_flags_become_grpc_core_arguments() -> None:
 
 def test_mutual_tls_implies_tls_and_admission_bounds_parse() -> None:
     config = parse_args(["--grpc-use-ssl-mutual=true", "--max-inflight-requests=64", "--http-use-ssl-mutual=1"])
-    assert config.grpc.use_ssl and config.grpc.use_ssl_mutual
+    assert config.grpc.tls.use_ssl and config.grpc.tls.use_ssl_mutual
     assert config.http_tls.use_ssl and config.http_tls.use_ssl_mutual
     assert config.max_inflight_requests == 64 and config.max_inflight_requests_per_model == 0

@@ -232,3 +232,37 @@ def test_opening_in_another_process_leaves_the_segment(
     # A resource_tracker registration in the child would have unlinked the segment when it exited.
     assert segment_size(key) == 16
     assert bytes(tshm.get_contents_as_numpy(handle, np.uint8, [4], 4)) == b"ping"
+
+
+def test_truncated_segment_is_refused_not_touched(shm_key: Callable[[], str]) -> None:
+    """Reading or writing past the end of a truncated segment would SIGBUS; every access checks its size."""
+    from service.worker.channel import ClientSegments
+    from shm.system import SegmentTruncated
+
+    key = shm_key()
+    owner = SystemRegion.create(key, 65536)
+    opened = SystemRegion.open(key, 0, 65536)
+    segments = ClientSegments()
+    try:
+        segments.buffer(key, 32768, 16)[32768:32784] = b"x" * 16  # mapped (and cached) at full size
+        fd = os.open(f"/dev/shm/{key.lstrip('/')}", os.O_RDWR)
+        os.ftruncate(fd, 4096)
+        os.close(fd)
+        expected = (
+            f"shared memory object '{key}' holds 4096 bytes, too few for 16 bytes at offset 32768: it was "
+            "truncated after registration"
+        )
+        with pytest.raises(SegmentTruncated) as worker_side:
+            segments.buffer(key, 32768, 16)
+        assert str(worker_side.value) == expected
+        with pytest.raises(SegmentTruncated) as server_side:
+            opened.view(32768, 16)
+        assert str(server_side.value) == expected
+        with pytest.raises(SegmentTruncated):
+            opened.write(32768, b"y" * 16)
+        assert bytes(segments.buffer(key, 0, 16)[:4]) == b"\0\0\0\0"  # what is left still works
+        assert bytes(opened.view(4000, 96)) == b"\0" * 96
+    finally:
+        segments.drop([key])
+        opened.close()
+        owner.destroy()

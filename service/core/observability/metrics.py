@@ -8,17 +8,33 @@ Nothing here runs per request: schedulers and workers only bump plain ints in `s
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client.metrics_core import Metric
 
+from protos import model_config_pb2 as mc
 from service.core.observability.stats import FAILURE_REASONS, LatencyHistogram, ModelStats
 from service.core.observability.summaries import DEFAULT_QUANTILES, parse_quantiles
 
-if TYPE_CHECKING:
-    from service.core.repository.repository import ModelRepository, ModelVersion
+
+class ModelVersionView(Protocol):
+    """What a scrape reads of a model version (the repository's ModelVersion; observability sits below it)."""
+
+    stats: ModelStats
+    config: mc.ModelConfig
+
+    @property
+    def decoupled(self) -> bool: ...
+    @property
+    def scheduler(self) -> Any: ...  # a Scheduler or None (pending_count, instance gauges)
+    @property
+    def pool(self) -> Any: ...  # an InstancePool or None (restarts)
+
+
+# (labels, model version) of every READY version, sorted by model name and version
+VersionList = Sequence[tuple[dict[str, str], ModelVersionView]]
 
 log = logging.getLogger("trireme.metrics")
 
@@ -105,7 +121,7 @@ def _metric(name: str, doc: str, kind: str) -> Metric:
     return Metric(name, doc, kind)
 
 
-def _add_histogram(
+def add_histogram(
     metric: Metric, labels: dict[str, str], histogram: LatencyHistogram, divisor: float = 1e9, bound_scale: float = 1.0
 ) -> None:
     """Samples of one histogram series: cumulative buckets (le), _count and _sum (ns / `divisor`)."""
@@ -124,26 +140,23 @@ def bound_text(bound: float) -> str:
 
 
 class CoreCollector:
-    """A prometheus_client Collector over every READY model version of the repository."""
+    """A prometheus_client Collector over every READY model version (`ready_versions`: the repository's)."""
 
     def __init__(
-        self, repository: ModelRepository, config: MetricsConfig, system: Any = None, cache_enabled: bool = False
+        self,
+        ready_versions: Callable[[], VersionList],
+        config: MetricsConfig,
+        system: Any = None,
+        cache_enabled: bool = False,
     ) -> None:
-        self.repository = repository
+        self.ready_versions = ready_versions
         self.config = config
         self.system = system  # SystemSampler (CPU/GPU gauges) or None
         self.cache_enabled = cache_enabled  # the server has a response cache (--cache-config)
 
-    def versions(self) -> list[tuple[dict[str, str], ModelVersion]]:
+    def versions(self) -> VersionList:
         """(labels, model version) of every READY version, sorted by model name and version."""
-        from service.core.repository.repository import READY
-
-        out = []
-        for entry in sorted(self.repository.models.values(), key=lambda e: e.name):
-            for v, mv in sorted(entry.versions.items()):
-                if mv.state == READY:
-                    out.append(({"model": entry.name, "version": str(v)}, mv))
-        return out
+        return self.ready_versions()
 
     def collect(self) -> Iterator[Metric]:
         """Every family, in Triton's order, then Trireme's."""
@@ -209,7 +222,7 @@ class CoreCollector:
             )
             for labels, mv in versions:
                 if mv.decoupled:
-                    _add_histogram(first, labels, mv.stats.first_response_latency, 1e6, 1000.0)
+                    add_histogram(first, labels, mv.stats.first_response_latency, 1e6, 1000.0)
             yield first
         if self.system is not None:
             yield from self.system.collect()
@@ -217,7 +230,7 @@ class CoreCollector:
             yield from self._summaries(versions)
         yield from self._trireme(versions)
 
-    def _summaries(self, versions: list[tuple[dict[str, str], ModelVersion]]) -> Iterator[Metric]:
+    def _summaries(self, versions: VersionList) -> Iterator[Metric]:
         for name, doc, phase, attr in _SUMMARIES:
             m = _metric(name, doc, "summary")
             for labels, mv in versions:
@@ -231,12 +244,12 @@ class CoreCollector:
                     m.add_sample(name, {**labels, "quantile": bound_text(q)}, value)
             yield m
 
-    def _trireme(self, versions: list[tuple[dict[str, str], ModelVersion]]) -> Iterator[Metric]:
+    def _trireme(self, versions: VersionList) -> Iterator[Metric]:
         if self.config.trireme_histograms:
             for name, doc, attr in _HISTOGRAMS:
                 m = _metric(name, doc, "histogram")
                 for labels, mv in versions:
-                    _add_histogram(m, labels, getattr(mv.stats, attr))
+                    add_histogram(m, labels, getattr(mv.stats, attr))
                 yield m
             first = _metric(
                 "trireme_first_response_duration_seconds",
@@ -245,7 +258,7 @@ class CoreCollector:
             )
             for labels, mv in versions:
                 if mv.decoupled:
-                    _add_histogram(first, labels, mv.stats.first_response_latency)
+                    add_histogram(first, labels, mv.stats.first_response_latency)
             yield first
         depth = _metric(
             "trireme_queue_depth",

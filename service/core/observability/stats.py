@@ -105,10 +105,12 @@ class ModelStats:
     decoupled: bool = False  # set at load: first-response latency is recorded for decoupled models only
     summaries: SummaryWindow | None = None  # set at load when summary metrics are enabled
 
-    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """One model execution of `batch_size` inferences."""
+    def record_execution(
+        self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int, inferences: int | None = None
+    ) -> None:
+        """One model execution of `batch_size` inferences, `inferences` of them not failed (default: all)."""
         self.execution_count += 1
-        self.inference_count += batch_size
+        self.inference_count += batch_size if inferences is None else inferences
         b = self.batch_stats.get(batch_size)
         if b is None:
             b = self.batch_stats[batch_size] = BatchStats()

@@ -7,12 +7,14 @@ global value again.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 
 from service.errors import ErrorCode, ServiceError
 
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 MODES = ("triton", "opentelemetry")
+log = logging.getLogger("trireme.trace")
 KEYS = ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency", "trace_mode")
 
 
@@ -122,8 +124,11 @@ _CLI_KEYS = {
 }
 
 
-def parse_trace_config(entries: list[str]) -> tuple[TraceSettings, OtelSettings]:
-    """Settings from `--trace-config [triton|opentelemetry,]<key>=<value>` entries; raises ValueError."""
+def parse_trace_config(entries: list[str], warn: bool = False) -> tuple[TraceSettings, OtelSettings]:
+    """Settings from `--trace-config [triton|opentelemetry,]<key>=<value>` entries; raises ValueError for a
+    malformed entry or value. A key Triton's parser skips without a word (a global `log_frequency`, a triton-mode
+    key other than file/log-frequency) is skipped here too, so a Triton command line starts; with `warn`, each
+    gets one warning naming what it probably meant."""
     settings = TraceSettings()
     otel = OtelSettings()
     levels: list[str] = []
@@ -136,10 +141,11 @@ def parse_trace_config(entries: list[str]) -> tuple[TraceSettings, OtelSettings]
         if scope == "opentelemetry" and key not in ("file", "log-frequency", "log_frequency"):
             resource_given = _otel_setting(otel, key, value, resource_given)
             continue
-        if scope == "" and key not in ("level", "rate", "count", "mode"):
-            raise ValueError(f"unknown global trace setting '{key}' (level, rate, count, mode)")
-        if scope == "triton" and key not in ("file", "log-frequency", "log_frequency"):
-            raise ValueError(f"unknown triton trace setting '{key}' (file, log-frequency)")
+        known = ("level", "rate", "count", "mode") if scope == "" else ("file", "log-frequency", "log_frequency")
+        if key not in known:
+            if warn:
+                _warn_ignored(scope, key, value)
+            continue
         if key == "level":
             levels.append(value)
             continue
@@ -153,6 +159,22 @@ def parse_trace_config(entries: list[str]) -> tuple[TraceSettings, OtelSettings]
         except ServiceError as e:
             raise ValueError(e.message) from None
     return settings, otel
+
+
+def _warn_ignored(scope: str, key: str, value: str) -> None:
+    where = "global" if scope == "" else scope
+    hint = ""
+    if key in ("file", "log-frequency", "log_frequency") and scope == "":
+        hint = f"; did you mean 'triton,{key.replace('_', '-')}={value}'?"
+    log.warning(
+        "ignoring --trace-config %s setting '%s=%s' (Triton ignores it too; %s keys: %s)%s",
+        where,
+        key,
+        value,
+        where,
+        "level, rate, count, mode" if scope == "" else "file, log-frequency",
+        hint,
+    )
 
 
 def _otel_setting(otel: OtelSettings, key: str, value: str, resource_given: bool) -> bool:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -119,8 +120,13 @@ class Tracer:
         settings: TraceSettings,
         otel: OtelSettings | None = None,
         known_model: Callable[[str], bool] = lambda name: True,
+        make_exporter: Callable[[OtelSettings], Any] | None = None,
     ) -> None:
         self.global_settings = settings
+        self.startup_settings = replace(settings)  # what clearing a global key restores (--trace-config)
+        # builds the OpenTelemetry exporter on first use (mode opentelemetry); passed in (otel_export.OtelExporter)
+        # because that module reads Trace trees from here
+        self.make_exporter = make_exporter
         self.otel_settings = otel or OtelSettings()
         self._overrides: dict[str, dict[str, list[str]]] = {}
         self._model_settings: dict[str, TraceSettings] = {}
@@ -159,13 +165,13 @@ class Tracer:
         return settings.as_wire()
 
     def _update_global(self, updates: dict[str, list[str] | None]) -> None:
-        defaults = TraceSettings()
+        startup = self.startup_settings.as_wire()
         changes: dict[str, list[str]] = {}
         for key, values in updates.items():
             if values:
                 changes[key] = values
-            elif key != "trace_file":  # clearing a global key restores Triton's default
-                changes[key] = defaults.as_wire()[key]
+            elif key != "trace_file":  # clearing a global key restores what the server started with, as Triton
+                changes[key] = startup[key]
         self.global_settings = apply_update(self.global_settings, changes, from_network=True)
         for name in list(self._overrides):
             self._model_settings[name] = apply_update(self.global_settings, self._overrides[name], from_network=True)
@@ -258,9 +264,9 @@ class Tracer:
 
     def _exporter(self) -> Any:
         if self._otel is None:
-            from service.core.observability.otel_export import OtelExporter
-
-            self._otel = OtelExporter(self.otel_settings)
+            if self.make_exporter is None:
+                raise ServiceError(ErrorCode.UNSUPPORTED, "opentelemetry tracing needs an exporter")
+            self._otel = self.make_exporter(self.otel_settings)
         return self._otel
 
     def close(self) -> None:

@@ -2,63 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from service.core.repository.signature import ModelSignature
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest
-from shm.tensor import CONFIG_TO_DATATYPE, ELEMENT_SIZE, element_count
+from shm.tensor import ELEMENT_SIZE, element_count
 from shm.views import bytes_extent
 
 
-@dataclass(slots=True, frozen=True)
-class TensorSpec:
-    """An input or output as the config declares it (protocol datatype, dims without the batch dim)."""
+def check_model_name(name: str, *, is_path: bool = True) -> None:
+    """A model name from a load (is_path) or unload request, checked before any lookup (Triton 2.73's messages).
 
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-    optional: bool = False
-
-
-@dataclass(slots=True)
-class ModelSignature:
-    """What requests to one model version are checked against."""
-
-    model_name: str
-    max_batch_size: int
-    inputs: dict[str, TensorSpec]
-    outputs: dict[str, TensorSpec]
-    required_inputs: tuple[str, ...]
-    # inputs the server supplies itself (sequence control tensors, implicit state): clients must not send them
-    internal_inputs: frozenset[str] = frozenset()
-
-
-def tensor_spec(name: str, data_type_enum_name: str, dims: list[int], optional: bool = False) -> TensorSpec:
-    """TensorSpec from config values (data_type as its enum name, e.g. 'TYPE_FP32')."""
-    return TensorSpec(name, CONFIG_TO_DATATYPE.get(data_type_enum_name, "INVALID"), tuple(dims), optional)
-
-
-def parse_version(version: str) -> int:
-    """A requested model version: ASCII digits only ("-1", "+1", full-width or Arabic-Indic digits are rejected)."""
-    if version.isascii() and version.isdigit():
-        return int(version)
-    if version[:1] == "-" and version[1:].isascii() and version[1:].isdigit():
-        raise ServiceError(
-            ErrorCode.INVALID_ARG,
-            f"invalid model version specified '{version}' , version should be an integral value > 0",
-        )
-    raise ServiceError(
-        ErrorCode.INVALID_ARG,
-        f"failed to get model version from specified version string '{version}' (details: only the ASCII digits "
-        "0-9 are allowed), version should be an integral value > 0",
-    )
-
-
-def check_model_name(name: str) -> None:
-    """A model name from a load/unload request, checked before any file-system lookup (Triton's messages)."""
+    A load turns the name into a folder of the repository, so '..' (also with blanks around it, as the file
+    system may see it) and separators are refused; an unload only looks the name up among loaded models, so any
+    non-empty name is answered as an unknown model would be."""
     if not name.strip():
         raise ServiceError(ErrorCode.INVALID_ARG, "Model name cannot be empty. Please enter a valid name to deploy.")
-    if name in (".", "..") or any(c in name for c in "/\\\0"):
+    if is_path and (name.strip() in (".", "..") or any(c in name for c in "/\\\0")):
         raise ServiceError(ErrorCode.INVALID_ARG, "model name must not contain path traversal characters")
 
 

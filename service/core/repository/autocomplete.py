@@ -9,7 +9,7 @@ import socket
 from protos import model_config_pb2 as mc
 from service.core.repository import model_config as cfg
 from service.errors import ErrorCode, ServiceError
-from service.instances.process import worker_command, worker_env
+from service.instances.spawn import worker_command, worker_env
 from service.ipc import frames as ipc
 
 AUTO_COMPLETE_TIMEOUT_S = 60.0
@@ -24,7 +24,9 @@ def needs_auto_complete(config: mc.ModelConfig, version_dir: str) -> bool:
                 return "auto_complete_config" in f.read()
         except OSError:
             return False
-    return config.backend in ("onnxruntime", "tensorrt", "pytorch") and (not config.input or not config.output)
+    return config.backend in ("onnxruntime", "tensorrt", "pytorch", "openvino") and (
+        not config.input or not config.output
+    )
 
 
 async def run_auto_complete(

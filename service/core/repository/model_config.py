@@ -33,6 +33,7 @@ BACKEND_FILES: dict[str, str] = {
     "openvino": "model.xml",
     "tensorflow": "model.savedmodel",
     "dali": "model.dali",
+    "fil": "",  # FIL picks its file from model_type (xgboost.json, model.txt, ...) when this is not set
 }
 # which backend owns a model file, for configs that name neither platform nor backend
 FILE_BACKENDS: list[tuple[str, str, str]] = [

@@ -19,13 +19,21 @@ from functools import partial
 from typing import Any
 
 from protos import model_config_pb2 as mc
-from service.core.observability.stats import ModelStats
 from service.core.observability.summaries import SummaryWindow
-from service.core.pipeline.validation import ModelSignature, parse_version
 from service.core.repository import model_config as cfg
 from service.core.repository.autocomplete import run_auto_complete
 from service.core.repository.instance_plan import instance_specs, update_instances, without_instances
-from service.core.repository.poller import ModelFiles, snapshot
+from service.core.repository.model_version import (
+    LOADING,
+    READY,
+    UNAVAILABLE,
+    UNLOADED,
+    UNLOADING,
+    ModelEntry,
+    ModelVersion,
+)
+from service.core.repository.signature import parse_version
+from service.core.repository.snapshots import ModelFiles, snapshot
 from service.core.repository.versions import build_signature, numeric_versions, scan_repositories, select_versions
 from service.core.repository.warmup import run_warmup
 from service.core.scheduling.ensemble import LoadBarrier
@@ -37,55 +45,7 @@ from service.worker.backends.base import visible_gpu_count
 
 log = logging.getLogger("trireme.repository")
 
-READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-UNLOADED = "unloaded"
 FINALIZE_TIMEOUT_S = 10.0  # how long an idle instance's finalize() may take before it is killed
-
-
-@dataclass(slots=True, eq=False)
-class ModelVersion:
-    """One loaded (or failed) version of a model."""
-
-    name: str
-    version: int
-    model_dir: str
-    config: mc.ModelConfig
-    state: str = LOADING
-    reason: str = ""
-    signature: ModelSignature | None = None
-    pool: InstancePool | None = None
-    scheduler: Scheduler | None = None
-    stats: ModelStats = field(default_factory=ModelStats)
-    files: tuple[Any, ...] = ()  # the version folder's files when it was loaded (change detection)
-
-    @property
-    def decoupled(self) -> bool:
-        """Whether the model uses the decoupled transaction policy."""
-        return self.config.model_transaction_policy.decoupled
-
-    @property
-    def streams(self) -> bool:
-        """Whether a request may get 0..N responses: decoupled, or an ensemble with a decoupled step."""
-        return self.decoupled or bool(getattr(self.scheduler, "streams", False))
-
-    @property
-    def ready(self) -> bool:
-        """READY and every instance alive."""
-        return self.state == READY and (self.scheduler is None or self.scheduler.ready)
-
-
-@dataclass(slots=True, eq=False)
-class ModelEntry:
-    """A model directory and the versions loaded from it."""
-
-    name: str
-    model_dir: str
-    versions: dict[int, ModelVersion] = field(default_factory=dict)
-    error: str = ""  # a load error that happened before any version existed (config errors)
-    state: str = ""  # "" = never loaded
-    seen: ModelFiles | None = None  # the files at the last load attempt (poll mode reloads when they change)
-    model_files: tuple[Any, ...] = ()  # files outside version folders (labels, ...) of the serving versions
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one load / unload of this model at a time
 
 
 @dataclass(slots=True)
@@ -413,6 +373,15 @@ class ModelRepository:
         await asyncio.gather(*(self._stop_version(mv) for mv in mvs), return_exceptions=True)
 
     # ---- lookup -----------------------------------------------------------------------------------------
+    def ready_versions(self) -> list[tuple[dict[str, str], ModelVersion]]:
+        """(labels, model version) of every READY version, sorted by model name and version (metrics scrapes)."""
+        out = []
+        for entry in sorted(self.models.values(), key=lambda e: e.name):
+            for v, mv in sorted(entry.versions.items()):
+                if mv.state == READY:
+                    out.append(({"model": entry.name, "version": str(v)}, mv))
+        return out
+
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The version a request targets; Triton's NOT_FOUND / UNAVAILABLE errors otherwise."""
         entry = self.models.get(name)

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from protos import model_config_pb2 as mc
-from service.core.pipeline.validation import ModelSignature, tensor_spec
+from service.core.repository.signature import ModelSignature, tensor_spec
 from service.errors import ErrorCode, ServiceError
 
 

@@ -21,17 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from service.core.scheduling.drain import DrainSignal
 from service.core.scheduling.ensemble_graph import Step, validate_graph, validate_models
 from service.core.scheduling.scheduler import Scheduler
+from service.core.scheduling.views import ModelView, StepRunner
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
-
-if TYPE_CHECKING:
-    from service.core.engine import Engine
-    from service.core.repository.repository import ModelVersion
 
 Key = tuple[int, ...]
 _OUTPUTS = -1  # pseudo step index of "the ensemble's outputs are complete"
@@ -53,7 +50,7 @@ class _Run:
 class EnsembleScheduler(Scheduler):
     """Scheduler of a `platform: "ensemble"` model version; validates the graph when created (at load)."""
 
-    def __init__(self, mv: ModelVersion, engine: Engine) -> None:
+    def __init__(self, mv: ModelView, engine: StepRunner) -> None:
         self.mv = mv
         self.engine = engine
         self.stats = mv.stats

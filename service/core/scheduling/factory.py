@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.core.repository.repository import ModelVersion
 from service.core.scheduling.dynamic_batcher import DynamicBatcher
 from service.core.scheduling.scheduler import DirectScheduler, Scheduler
+from service.core.scheduling.views import ModelView
 from service.errors import ErrorCode, ServiceError
 from service.instances.pool import InstancePool
 
 
-def make_scheduler(mv: ModelVersion, pool: InstancePool | None, engine: Any = None) -> Scheduler:
+def make_scheduler(mv: ModelView, pool: InstancePool | None, engine: Any = None) -> Scheduler:
     """Direct, dynamic-batching, sequence or ensemble scheduler, as the config's scheduling_choice says.
 
-    `engine` (service.core.engine.Engine) is what an ensemble submits its steps to.
+    `engine` (service.core.engine.Engine, a StepRunner) is what an ensemble submits its steps to.
     """
     config = mv.config
     choice = config.WhichOneof("scheduling_choice")

@@ -214,7 +214,7 @@ class InstanceScheduler(Scheduler):
 
         def on_response(response: InferResponse) -> None:
             nonlocal request
-            if response.error is not None and not track.failed:
+            if response.error is not None and not response.model_error and not track.failed:
                 track.failed = True
                 track.error = response.error
             if first is not None and not track.responded and not response.null:
@@ -300,8 +300,12 @@ class InstanceScheduler(Scheduler):
         self._pump()
 
     def _record(self, batch: list[InferRequest], done: ipc.ExecDone) -> None:
-        size = batch[0].batch_size if len(batch) == 1 else sum(r.batch_size for r in batch)
-        self.stats.record_execution(size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns)
+        size = sum(r.batch_size for r in batch)
+        # nv_inference_count leaves out the requests the execution failed, as Triton's does
+        ok = sum(r.batch_size for r in batch if r.context is None or not r.context.failed)
+        self.stats.record_execution(
+            size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns, inferences=ok
+        )
         for req in batch:
             track: Any = req.context
             if req.trace is not None and track is not None:

@@ -11,13 +11,13 @@ from service.core.engine import IndexEntry, ModelMetadata
 from service.core.observability.stats import DURATION_FIELDS, Duration, ModelStats
 from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.grpc.large import SplitRequest
+from service.frontend.grpc.params import param_value, set_param
 from service.types import (
     FLAG_SEQUENCE_END,
     FLAG_SEQUENCE_START,
     InferRequest,
     InferResponse,
     InputTensor,
-    ParamValue,
     RequestedOutput,
     ShmRef,
 )
@@ -39,23 +39,6 @@ CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
-
-
-def param_value(p: pb.InferParameter) -> ParamValue | None:
-    """The Python value of an InferParameter (None when unset)."""
-    which = p.WhichOneof("parameter_choice")
-    return getattr(p, which) if which else None
-
-
-def _set_param(target: pb.InferParameter, value: Any) -> None:
-    if isinstance(value, bool):
-        target.bool_param = value
-    elif isinstance(value, int):
-        target.int64_param = value
-    elif isinstance(value, float):
-        target.double_param = value
-    else:
-        target.string_param = str(value)
 
 
 def _request_params(msg: pb.ModelInferRequest, req: InferRequest) -> None:
@@ -264,7 +247,7 @@ def encode_infer_response(resp: InferResponse) -> pb.ModelInferResponse:
     """InferResponse -> ModelInferResponse: one raw_output_contents entry per output, empty for shm outputs."""
     msg = pb.ModelInferResponse(model_name=resp.model_name, model_version=resp.model_version, id=resp.id)
     for name, value in resp.parameters.items():
-        _set_param(msg.parameters[name], value)
+        set_param(msg.parameters[name], value)
     outputs = msg.outputs
     raws = msg.raw_output_contents
     for o in resp.outputs:

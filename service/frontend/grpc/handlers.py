@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError
 
 from protos import grpc_service_pb2 as pb
 from protos import health_pb2
-from service.config.security import RestrictedApi
+from service.config.access import RestrictedApi
 from service.frontend.grpc import large as grpc_large
 from service.frontend.grpc.codec import UNPARSABLE
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from protos import grpc_service_pb2 as pb
+from service.frontend.grpc.params import set_param
 from service.types import InferResponse
 
 LARGE_BYTES = 1 << 20  # messages above this take the sliced paths
@@ -108,10 +109,8 @@ def response_bytes(resp: InferResponse) -> int:
 def _header(resp: InferResponse) -> tuple[bytes, list[tuple[bytes, memoryview]]]:
     """The response without raw contents (protobuf), and (field prefix, bytes) per output."""
     msg = pb.ModelInferResponse(model_name=resp.model_name, model_version=resp.model_version, id=resp.id)
-    from service.frontend.grpc.codec import _set_param  # one way of writing parameters
-
     for name, value in resp.parameters.items():
-        _set_param(msg.parameters[name], value)
+        set_param(msg.parameters[name], value)
     parts = []
     for o in resp.outputs:
         msg.outputs.add(name=o.name, datatype=o.datatype, shape=o.shape)

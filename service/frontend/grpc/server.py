@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -12,9 +11,8 @@ import grpc
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 from protos import health_pb2, health_pb2_grpc
-from service.config.security import GrpcSettings
+from service.config.access import GrpcSettings
 from service.core.engine import Engine
-from service.core.observability.tracer import Trace
 from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
 from service.frontend.grpc import large as grpc_large
@@ -27,8 +25,8 @@ from service.frontend.grpc.handlers import (
     health_handlers,
     inference_handlers,
 )
+from service.frontend.grpc.observers import infer_observers
 from service.frontend.status import GRPC_STATUS
-from service.ipc import stagetrace
 from shm.errors import ShmError
 
 log = logging.getLogger("trireme.grpc")
@@ -48,6 +46,23 @@ async def _abort(context: grpc.aio.ServicerContext, e: Exception) -> NoReturn:
         log.exception("internal error")
     await context.abort(GRPC_STATUS[err.code], err.message)
     raise AssertionError("unreachable")
+
+
+class aborting:
+    """`async with aborting(context):` the one try/except of the unary RPCs: an exception raised in the block
+    aborts the call with its gRPC status and message (as _abort maps it); an abort already under way passes."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self.context = context
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: Any) -> None:
+        if isinstance(e, Exception) and not isinstance(e, grpc.aio.AbortError):
+            await _abort(self.context, e)
 
 
 def _shm_to_service(e: ShmError) -> ServiceError:
@@ -85,34 +100,26 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerReadyResponse(ready=self.engine.server_ready())
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
-        try:
-            return pb.ModelReadyResponse(ready=self.engine.model_ready(request.name, request.version))
-        except Exception as e:
-            await _abort(context, e)
+        async with aborting(context):
+            return pb.ModelReadyResponse(ready=await self.engine.model_ready(request.name, request.version))
 
     async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
         name, version, extensions = self.engine.server_metadata()
         return pb.ServerMetadataResponse(name=name, version=version, extensions=extensions)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
-        try:
+        async with aborting(context):
             return codec.metadata_response(self.engine.model_metadata(request.name, request.version))
-        except Exception as e:
-            await _abort(context, e)
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
-        try:
+        async with aborting(context):
             response = pb.ModelConfigResponse()
             response.config.CopyFrom(self.engine.model_config(request.name, request.version))
             return response
-        except Exception as e:
-            await _abort(context, e)
 
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
-        try:
+        async with aborting(context):
             return codec.statistics_response(self.engine.statistics(request.name, request.version))
-        except Exception as e:
-            await _abort(context, e)
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
         if request.repository_name:
@@ -124,65 +131,33 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ---- inference ------------------------------------------------------------------------------------------
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        if stagetrace.RECORDER is not None:
-            return await self._traced_infer(request, context, stagetrace.RECORDER)
-        if self.engine.tracer.enabled:
-            return await self._sampled_infer(request, context)
+        # one path; tracing and stage timestamps watch it (observers.py), none on the common untraced call
+        observers = infer_observers(self.engine, context)
         try:
-            response = await self.engine.infer(codec.decode_infer_request(request))
-        except Exception as e:
-            await _abort(context, e)
-        if response.error is not None:
-            await _abort(context, response.error)
-        if grpc_large.response_bytes(response) > grpc_large.LARGE_BYTES:
-            return await grpc_large.serialize_large(response)  # type: ignore[return-value] # bytes, see serialize
-        return codec.encode_infer_response(response)
-
-    async def _traced_infer(
-        self, request: pb.ModelInferRequest, context: Any, recorder: stagetrace.Recorder
-    ) -> pb.ModelInferResponse:
-        """ModelInfer with stage timestamps (TRIREME_STAGE_TRACE set): same behaviour, one JSON line each."""
-        handler = stagetrace.now()
-        try:
-            req = codec.decode_infer_request(request)
-            req.stamps = [("handler", handler), ("decoded", stagetrace.now())]
-            response = await self.engine.infer(req)
-        except Exception as e:
-            await _abort(context, e)
-        req.stamps.append(("resumed", stagetrace.now()))
-        if response.error is not None:
-            await _abort(context, response.error)
-        encoded = codec.encode_infer_response(response)
-        req.stamps.append(("encoded", stagetrace.now()))
-        recorder.write(req.stamps)
-        return encoded
-
-    async def _sampled_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        """ModelInfer while tracing is on (--trace-config / TraceSetting): the sampled ones get a Trace."""
-        received = time.monotonic_ns()
-        trace: Trace | None = None
-        try:
-            try:
+            try:  # a plain try here: this is the hot path (see `aborting` for the other RPCs)
                 req = codec.decode_infer_request(request)
-                trace = self.engine.tracer.sample(req.model_name, grpc_stream.traceparent_of(context))
-                if trace is not None:
-                    trace.stamp("GRPC_WAITREAD_START", received)
-                    trace.stamp("GRPC_WAITREAD_END")
-                    req.trace = trace
+                for o in observers:
+                    o.decoded(req)
                 response = await self.engine.infer(req)
             except Exception as e:
                 await _abort(context, e)
+            for o in observers:
+                o.resumed()
             if response.error is not None:
                 await _abort(context, response.error)
-            if trace is not None:
-                trace.stamp("GRPC_SEND_START")
-            encoded = codec.encode_infer_response(response)
-            if trace is not None:
-                trace.stamp("GRPC_SEND_END")
-            return encoded
+            for o in observers:
+                o.encoding()
+            encoded: pb.ModelInferResponse | bytes
+            if grpc_large.response_bytes(response) > grpc_large.LARGE_BYTES:
+                encoded = await grpc_large.serialize_large(response)  # bytes, see grpc_large.serialize
+            else:
+                encoded = codec.encode_infer_response(response)
+            for o in observers:
+                o.encoded()
+            return encoded  # type: ignore[return-value]
         finally:
-            if trace is not None:
-                trace.finish()
+            for o in observers:
+                o.finished()
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any) -> None:
         # reads with context.read(), writes with write()
@@ -190,7 +165,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ---- model control -------------------------------------------------------------------------------------
     async def RepositoryModelLoad(self, request: Any, context: Any) -> pb.RepositoryModelLoadResponse:
-        try:
+        async with aborting(context):
             if request.repository_name:
                 raise ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
             config_json = ""
@@ -206,17 +181,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 else:
                     raise ServiceError(ErrorCode.INVALID_ARG, f"unrecognized load parameter '{key}'.")
             await self.engine.load_model(request.model_name, config_json)
-        except Exception as e:
-            await _abort(context, e)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> pb.RepositoryModelUnloadResponse:
-        try:
+        async with aborting(context):
             if request.repository_name:
                 raise ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
             await self.engine.unload_model(request.model_name)
-        except Exception as e:
-            await _abort(context, e)
         return pb.RepositoryModelUnloadResponse()
 
     # ---- shared memory --------------------------------------------------------------------------------------
@@ -281,10 +252,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     # ---- settings ------------------------------------------------------------------------------------------
     async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
         updates: dict[str, list[str] | None] = {k: list(v.value) for k, v in request.settings.items()}
-        try:
+        async with aborting(context):
             current = self.engine.trace_setting(request.model_name, updates)
-        except Exception as e:
-            await _abort(context, e)
         response = pb.TraceSettingResponse()
         for key, values in current.items():
             response.settings[key].value.extend(values)
@@ -296,11 +265,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             which = value.WhichOneof("parameter_choice")
             if which is not None:
                 changes[key] = getattr(value, which)
-        try:
+        async with aborting(context):
             if changes:
                 self.engine.log_settings.update(changes)
-        except Exception as e:
-            await _abort(context, e)
         response = pb.LogSettingsResponse()
         for key, current in self.engine.log_settings.as_dict().items():
             entry = response.settings[key]
@@ -338,16 +305,14 @@ def _read_pem(path: str, what: str) -> bytes:
 
 def server_credentials(settings: GrpcSettings) -> grpc.ServerCredentials | None:
     """TLS credentials from Triton's --grpc-use-ssl* / --grpc-*-cert flags (None: plaintext)."""
-    if not settings.use_ssl:
+    tls = settings.tls
+    if not tls.use_ssl:
         return None
-    if not settings.server_cert or not settings.server_key:
-        raise OSError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
-    key = _read_pem(settings.server_key, "server key")
-    cert = _read_pem(settings.server_cert, "server certificate")
-    root = _read_pem(settings.root_cert, "root certificate") if settings.root_cert else None
-    if settings.use_ssl_mutual and root is None:
-        raise OSError("--grpc-use-ssl-mutual needs --grpc-root-cert (the CA that signs client certificates)")
-    return grpc.ssl_server_credentials([(key, cert)], root, require_client_auth=settings.use_ssl_mutual)
+    cert_path, key_path, root_path = tls.files()
+    key = _read_pem(key_path, "server key")
+    cert = _read_pem(cert_path, "server certificate")
+    root = _read_pem(root_path, "root certificate") if root_path else None
+    return grpc.ssl_server_credentials([(key, cert)], root, require_client_auth=tls.use_ssl_mutual)
 
 
 def build_grpc_server(

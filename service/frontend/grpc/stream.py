@@ -20,7 +20,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import grpc
 
@@ -29,6 +28,7 @@ from service.core.engine import Engine
 from service.core.repository.repository import ModelVersion
 from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
+from service.frontend.grpc.observers import sample_trace, traceparent_of
 from service.frontend.status import GRPC_STATUS
 from service.types import InferRequest, InferResponse
 
@@ -36,14 +36,6 @@ log = logging.getLogger("trireme.grpc")
 GRPC_ERROR_HEADER = "triton_grpc_error"  # stream header: errors end the stream with their gRPC status
 MESSAGE_OVERHEAD = 256  # bytes counted per buffered response besides its tensors (ids, names, shapes)
 _Out = tuple[pb.ModelStreamInferResponse, int]  # a message waiting to be written and the bytes it counts for
-
-
-def traceparent_of(context: Any) -> str:
-    """The W3C `traceparent` header of a call ('' when the client sent none)."""
-    for key, value in context.invocation_metadata() or ():
-        if key == "traceparent":
-            return str(value)
-    return ""
 
 
 def _request_error(request_id: str, e: Exception) -> pb.ModelStreamInferResponse:
@@ -158,11 +150,7 @@ class StreamSession:
             self.inflight[request] = mv
 
     def _sample(self, request: InferRequest, received_ns: int) -> None:
-        trace = self.engine.tracer.sample(request.model_name, self.traceparent)
-        if trace is not None:
-            trace.stamp("GRPC_WAITREAD_START", received_ns)
-            trace.stamp("GRPC_WAITREAD_END")
-            request.trace = trace
+        sample_trace(self.engine.tracer, request, self.traceparent, received_ns)
 
     def _answer_now(self, message: pb.ModelStreamInferResponse) -> None:
         """An answer that is not tied to a submitted request: keeps its place behind earlier ordered answers."""

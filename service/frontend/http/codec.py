@@ -16,6 +16,7 @@ import orjson
 
 from service.core.engine import TensorMetadata
 from service.errors import ErrorCode, ServiceError, invalid_arg
+from service.frontend.http.util import check_json_depth
 from service.types import (
     FLAG_SEQUENCE_END,
     FLAG_SEQUENCE_START,
@@ -28,6 +29,12 @@ from service.types import (
 from shm.tensor import DATATYPE_TO_NUMPY, ELEMENT_SIZE, deserialize_bytes, element_count, serialize_bytes
 
 INFER_HEADER = "Inference-Header-Content-Length"
+# output-size guard: JSON text takes 5-20 bytes per element, so a large output is refused as JSON (binary is fine)
+MAX_JSON_OUTPUT_BYTES = 64 << 20
+# request parameter names with a meaning of their own (Triton's reserved keys, plus the 'triton_' prefix)
+RESERVED_PARAMETERS = frozenset(
+    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output")
+)
 _NUMPY_OPTS = orjson.OPT_SERIALIZE_NUMPY
 _ONE_OF = (
     "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
@@ -44,7 +51,9 @@ class OutputChoice:
 
 
 def parse_json(data: bytes | memoryview) -> Any:
-    """orjson.loads; a body that is not JSON is answered as Triton does (500, 'failed to parse ...')."""
+    """orjson.loads; a body that is not JSON is answered as Triton does (500, 'failed to parse ...'), one that
+    nests deeper than Triton's limit is 400."""
+    check_json_depth(data)
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as e:
@@ -166,9 +175,26 @@ def _all_bools(data: Any) -> bool:
     return isinstance(data, bool)
 
 
-def _shape(value: Any, name: str) -> list[int]:
+INT64_MAX = (1 << 63) - 1
+
+
+def _shape(value: Any, name: str, datatype: str) -> list[int]:
+    """A request input's shape, checked as Triton 2.73 checks it: non-negative integers whose element count and
+    byte size fit in int64."""
     if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
         raise invalid_arg(f"Unable to parse 'shape' of input '{name}': expected an array of integers")
+    if any(d < 0 for d in value):
+        raise ServiceError(
+            ErrorCode.INTERNAL,
+            "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer",
+        )
+    count = element_count(value)
+    if count > INT64_MAX:
+        raise invalid_arg(
+            f"shape {value} of input '{name}' causes total element count to exceed maximum size of {INT64_MAX}"
+        )
+    if count * ELEMENT_SIZE.get(datatype, 1) > INT64_MAX:
+        raise invalid_arg(f"byte size overflow for input '{name}': shape {value} of {datatype} exceeds {INT64_MAX}")
     return value
 
 
@@ -199,7 +225,7 @@ def decode_infer(
         name, datatype = t.get("name"), t.get("datatype")
         if not isinstance(name, str) or not isinstance(datatype, str):
             raise invalid_arg("Unable to parse 'inputs': every input needs a string 'name' and 'datatype'")
-        shape = _shape(t.get("shape"), name)
+        shape = _shape(t.get("shape"), name, datatype)
         tparams = t.get("parameters") or {}
         if not isinstance(tparams, dict):
             raise invalid_arg(f"Unable to parse 'parameters' of input '{name}': expected an object")
@@ -278,16 +304,15 @@ def decode_raw(
     """A raw binary request (header length 0): the body is the data of the model's only input, batch 1."""
     if len(inputs) != 1:
         raise invalid_arg(
-            f"Raw request must only have 1 input (found {len(inputs)}) to be deduced but got {len(inputs)} inputs in "
+            f"Raw request must only have 1 input (found 1) to be deduced but got {len(inputs)} inputs in "
             f"'{model}' model configuration"
         )
     meta = inputs[0]
     dims = list(meta.shape[1:] if max_batch else meta.shape)
     size = ELEMENT_SIZE.get(meta.datatype)
     if meta.datatype == "BYTES":
-        if element_count([d for d in dims if d != -1]) != 1:
-            raise invalid_arg(f"Raw request for BYTES input '{meta.name}' of model '{model}' needs shape [1]")
-        dims = [1 for _ in dims]
+        if -1 in dims or element_count(dims) != 1:
+            raise invalid_arg(f"For BYTE datatype raw input '{meta.name}', the model must have input shape [1]")
         data: bytes | memoryview = serialize_bytes([bytes(body)])
     else:
         if size is None:
@@ -295,7 +320,8 @@ def decode_raw(
         variable = [i for i, d in enumerate(dims) if d == -1]
         if len(variable) > 1:
             raise invalid_arg(
-                f"Raw request for input '{meta.name}' of model '{model}' has more than one variable dimension"
+                f"The shape of the raw input '{meta.name}' can not be deduced because there are more than one "
+                "variable-sized dimension"
             )
         fixed = element_count([d for d in dims if d != -1]) * size
         if variable:
@@ -342,6 +368,11 @@ def encode_response(resp: InferResponse, choice: OutputChoice) -> tuple[bytes, i
             if len(data):
                 blobs.append(data)
         else:
+            if len(data) > MAX_JSON_OUTPUT_BYTES:
+                raise invalid_arg(
+                    f"output '{o.name}' holds {len(data)} bytes, more than the {MAX_JSON_OUTPUT_BYTES} that can be "
+                    "returned as JSON; request it as binary data (output parameter 'binary_data': true)"
+                )
             entry["data"] = _json_data(o.datatype, data, element_count(o.shape))
         outputs.append(entry)
     out["outputs"] = outputs

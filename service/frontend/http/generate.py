@@ -25,7 +25,7 @@ from service.types import InferRequest, InferResponse, InputTensor
 from shm.tensor import DATATYPE_TO_NUMPY, deserialize_bytes, element_count
 
 
-def _shape(meta: TensorMetadata, count: int) -> list[int]:
+def fit_shape(meta: TensorMetadata, count: int) -> list[int]:
     """Spread `count` elements over the metadata shape (Triton's two-pass rule)."""
     shape = list(meta.shape)
     for d in reversed(shape):
@@ -59,7 +59,7 @@ def build_request(body: dict[str, Any], model: str, version: str, inputs: list[T
             _parameter(req, key, value)
             return
         values = value if isinstance(value, list) else [value]
-        shape = _shape(meta, len(values))
+        shape = fit_shape(meta, len(values))
         req.inputs.append(InputTensor(key, meta.datatype, shape, json_data_to_bytes(key, meta.datatype, shape, values)))
 
     for key, value in body.items():

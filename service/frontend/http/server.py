@@ -8,6 +8,7 @@ unknown path is 404 `{"error": "Not Found"}`, a known path with the wrong method
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import ssl
@@ -16,18 +17,37 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
+from aiohttp.web_protocol import RequestPayloadError
 
-from service.config.security import RestrictedApi
+from service.config.access import RestrictedApi
 from service.core.engine import Engine
 from service.core.repository.model_config import to_json_dict
 from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.http import admin as http_admin
 from service.frontend.http import codec
 from service.frontend.http import generate as http_generate
+from service.frontend.http.protocol import use_failing_payloads
 from service.frontend.http.util import JSON, compress_if_asked, error_body, error_response, json_response, read_body
 from service.types import InferRequest, InferResponse
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _one_line_for_bad_requests(record: logging.LogRecord) -> bool:
+    """A request the HTTP parser refuses (e.g. both Content-Length and Transfer-Encoding: chunked, which could
+    smuggle a second request) is answered 400 with the parser's reason; log that reason in one line, without the
+    traceback aiohttp attaches."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, RequestPayloadError):  # the rest of an answered request's body does not decode
+        record.msg, record.args = "dropped an undecodable HTTP request body: %s", (" ".join(str(exc).split()),)
+        record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.WARNING, "WARNING"
+    elif isinstance(exc, BadHttpMessage):
+        record.msg, record.args = "refused a malformed HTTP request: %s", (" ".join(str(exc.message).split()),)
+        record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.WARNING, "WARNING"
+    return True
+
+
 _MODEL = r"/v2/models/{model}"
 _VERSIONED = (_MODEL, _MODEL + "/versions/{version:[0-9]+}")
 
@@ -52,7 +72,9 @@ class HttpFrontend:
     def __init__(self, engine: Engine, options: HttpOptions) -> None:
         self.engine = engine
         self.options = options
-        self._forward = re.compile(options.header_forward_pattern) if options.header_forward_pattern else None
+        # header names are case-insensitive: Triton matches the pattern with (?i) too
+        pattern = options.header_forward_pattern
+        self._forward = re.compile(pattern, re.IGNORECASE) if pattern else None
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -97,6 +119,10 @@ class HttpFrontend:
                 return web.Response(body=error_body(message), status=403, content_type=JSON)
             try:
                 return await handler(request)
+            except ConnectionResetError:  # the client went away while its body was read: nobody to answer
+                return web.Response(body=error_body("client closed the connection"), status=400, content_type=JSON)
+            except RequestPayloadError as e:  # the body stopped parsing after the handler started
+                return web.Response(body=error_body(f"malformed HTTP request body: {e}"), status=400, content_type=JSON)
             except Exception as e:
                 return error_response(e)
 
@@ -108,6 +134,7 @@ class HttpFrontend:
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     async def start(self) -> int:
+        logging.getLogger("aiohttp.server").addFilter(_one_line_for_bad_requests)
         """Bind and serve; returns the bound port (port 0 picks a free one). Raises OSError when it cannot bind."""
         opts = self.options
         family = socket.AF_INET6 if ":" in opts.address else socket.AF_INET
@@ -116,6 +143,7 @@ class HttpFrontend:
             self.build_app(), access_log=None, handle_signals=False, shutdown_timeout=opts.shutdown_timeout_s
         )
         await self._runner.setup()
+        use_failing_payloads(self._runner)
         await web.SockSite(self._runner, sock, backlog=1024, ssl_context=opts.ssl_context).start()
         self.port = int(sock.getsockname()[1])
         return self.port
@@ -143,7 +171,7 @@ class HttpFrontend:
     async def model_ready(self, request: web.Request) -> web.Response:
         """200 when that model version is ready; 400 when not, 404 for an unknown model."""
         mi = request.match_info
-        if self.engine.model_ready(mi["model"], mi.get("version", "")):
+        if await self.engine.model_ready(mi["model"], mi.get("version", "")):
             return web.Response(status=200)
         return web.Response(body=error_body("Model version not ready"), status=400, content_type=JSON)
 
@@ -232,6 +260,12 @@ class HttpFrontend:
         if self._forward is not None:
             for key, value in request.headers.items():
                 if self._forward.search(key):
+                    if key.lower() in codec.RESERVED_PARAMETERS or key.lower().startswith("triton_"):
+                        # Triton 2.69: a forwarded header must not set what the protocol's own keys mean
+                        raise invalid_arg(
+                            f"HTTP header '{key}' matches --http-header-forward-pattern but \"{key}\" is a reserved "
+                            "parameter and cannot be specified."
+                        )
                     req.parameters[key] = value
         return req, choice
 

@@ -39,10 +39,7 @@ class BackendContext:
     thread_init: Callable[[], None] | None = None
 
 
-RespondFn = Callable[
-    ["WorkerRequest", dict[str, np.ndarray] | None, tuple[int, str] | None, bool, dict[str, Any] | None],
-    None,
-]
+RespondFn = Callable[..., None]  # (request, outputs, error, final, parameters[, model_error])
 
 
 @dataclass(slots=True, eq=False)
@@ -71,10 +68,15 @@ class WorkerRequest:
         error: tuple[int, str] | None = None,
         final: bool = True,
         parameters: dict[str, Any] | None = None,
+        model_error: bool = False,
     ) -> None:
         """Send a response (outputs or an (ErrorCode, message) error); outputs=None and error=None with
-        final=True sends only the final flag (a decoupled model's empty final)."""
-        self.responder(self, outputs, error, final, parameters)
+        final=True sends only the final flag (a decoupled model's empty final). `model_error`: the error is a
+        response the model returned, which statistics count as a success (an exception is a failure)."""
+        if model_error:
+            self.responder(self, outputs, error, final, parameters, True)
+        else:  # responders that never see model errors (other backends, tests) may take five arguments
+            self.responder(self, outputs, error, final, parameters)
 
     def fail(self, code: ErrorCode, message: str) -> None:
         """Send a final error response."""
@@ -86,6 +88,8 @@ class Backend(ABC):
 
     #: whether execute() may return before every request has its final response (decoupled models)
     decoupled: bool = False
+    #: whether the model defines its own readiness check (is_ready() then asks it)
+    has_ready_fn: bool = False
     #: whether inputs in CUDA shared memory reach execute() as device arrays (cupy, no host copy) instead of
     #: numpy copies; read by the worker after initialize()
     device_inputs: bool = False
@@ -103,6 +107,10 @@ class Backend(ABC):
 
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Release resources before the worker exits."""
+
+    def is_ready(self) -> bool:
+        """The model's own readiness check (asked on every model-ready probe when has_ready_fn)."""
+        return True
 
     @classmethod
     def auto_complete(cls, config: dict[str, Any], model_dir: str, version_dir: str) -> dict[str, Any]:
@@ -269,6 +277,8 @@ BACKENDS: dict[str, str] = {
     "pytorch": "service.worker.backends.pytorch:TorchBackend",
     "onnxruntime": "service.worker.backends.onnxruntime:OnnxBackend",
     "tensorrt": "service.worker.backends.tensorrt:TensorRTBackend",
+    "fil": "service.worker.backends.fil:FilBackend",
+    "openvino": "service.worker.backends.openvino:OpenVINOBackend",
 }
 
 

@@ -90,6 +90,8 @@ class OnnxBackend(BatchingBackend):
         self.session: Any = None
         self.output_names: list[str] = [t["name"] for t in self.config_outputs]
         self.string_inputs: set[str] = set()
+        self.wants_openvino = False
+        self.openvino: Any = None  # an OpenVINOModel when OpenVINO runs the model itself
 
     @classmethod
     def auto_complete(cls, config: dict[str, Any], model_dir: str, version_dir: str) -> dict[str, Any]:
@@ -133,7 +135,26 @@ class OnnxBackend(BatchingBackend):
             if level == 1
             else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         )
-        providers = self._providers(ort.get_available_providers())
+        available = ort.get_available_providers()
+        providers = self._providers(available)
+        if self.wants_openvino:
+            try:
+                route = openvino_route(ort, options, available)
+            except BackendError as e:
+                raise BackendError(f"unable to load model '{ctx.model_name}': {e}") from None
+            if route == "runtime":  # no OpenVINO EP in this onnxruntime: OpenVINO runs the whole ONNX model
+                from service.worker.backends.openvino import OpenVINOModel, properties
+
+                props = {**properties(config), "INFERENCE_NUM_THREADS": options.intra_op_num_threads}
+                self.openvino = OpenVINOModel(path, ctx.model_name, props, self.max_batch_size)
+                log.info(
+                    "model '%s': the OpenVINO runtime compiled the ONNX model (openvino accelerator)", ctx.model_name
+                )
+                self._check_config()
+                return
+            if route == "provider":
+                providers.insert(0, ("OpenVINOExecutionProvider", {"device_type": "CPU"}))
+            # "plugin": the OpenVINO EP plugin is already in `options` (add_provider_for_devices)
         try:
             self.session = ort.InferenceSession(path, sess_options=options, providers=providers)
         except Exception as e:
@@ -157,7 +178,7 @@ class OnnxBackend(BatchingBackend):
             wanted.append(("CUDAExecutionProvider", {"device_id": ctx.device_id}))
         for acc in accelerators.get("cpu_execution_accelerator", []):
             if acc.get("name") == "openvino":
-                wanted.append("OpenVINOExecutionProvider")
+                self.wants_openvino = True  # placed by openvino_route
             else:
                 raise BackendError(f"model '{ctx.model_name}': unknown cpu_execution_accelerator '{acc.get('name')}'")
         for provider in wanted:
@@ -172,7 +193,7 @@ class OnnxBackend(BatchingBackend):
     def _check_config(self) -> None:
         """Every config tensor must exist in the model with the same data type and compatible dims."""
         model = self.context.model_name
-        inputs, outputs = model_io(self.session)
+        inputs, outputs = (self.openvino.inputs, self.openvino.outputs) if self.openvino else model_io(self.session)
         for kind, config_tensors, model_tensors in (
             ("input", self.config_inputs, inputs),
             ("output", self.config_outputs, outputs),
@@ -212,8 +233,40 @@ class OnnxBackend(BatchingBackend):
             feed = dict(inputs)
             for name in self.string_inputs & feed.keys():
                 feed[name] = np.vectorize(_to_str, otypes=[object])(feed[name])
-        results = self.session.run(self.output_names, feed)
+        if self.openvino is not None:
+            results = self.openvino.infer(feed, self.output_names)
+        else:
+            results = self.session.run(self.output_names, feed)
         return dict(zip(self.output_names, results, strict=True))
+
+
+def openvino_route(ort: Any, options: Any, available: list[str]) -> str:
+    """How this worker runs the `openvino` CPU accelerator, best first: "provider" (an onnxruntime build with
+    OpenVINOExecutionProvider, e.g. onnxruntime-openvino), "plugin" (the onnxruntime-ep-openvino plugin, added to
+    `options`; it offers devices on Intel CPUs only), "runtime" (the `openvino` package compiles the whole ONNX
+    model). BackendError naming what to install when none is there."""
+    if "OpenVINOExecutionProvider" in available:
+        return "provider"
+    try:
+        import onnxruntime_ep_openvino as plugin
+
+        name = plugin.get_ep_name()
+        if not any(d.ep_name == name for d in ort.get_ep_devices()):
+            ort.register_execution_provider_library(name, plugin.get_library_path())
+        devices = [d for d in ort.get_ep_devices() if d.ep_name == name and d.device.type.name == "CPU"]
+        if devices:
+            options.add_provider_for_devices(devices, {})
+            return "plugin"
+    except Exception as e:  # not installed, or this onnxruntime cannot load plugins: try the runtime
+        log.debug("OpenVINO EP plugin not usable: %s", e)
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        raise BackendError(
+            "the 'openvino' cpu_execution_accelerator needs OpenVINO, which is not installed: pip install "
+            "'trireme[openvino]' (the 'openvino' package; or onnxruntime-openvino in place of onnxruntime)"
+        ) from None
+    return "runtime"
 
 
 def _to_str(value: Any) -> str:

@@ -62,6 +62,15 @@ def import_model_module(model_dir: str, version_dir: str, filename: str) -> Modu
     return module
 
 
+def _ready_fn(model: Any) -> Any:
+    """The model's readiness method: is_model_ready() (Triton's name), or is_ready(); None when it has neither."""
+    for name in ("is_model_ready", "is_ready"):
+        fn = getattr(model, name, None)
+        if callable(fn):
+            return fn
+    return None
+
+
 class PythonBackend(Backend):
     """Backend for `backend: "python"` models."""
 
@@ -70,6 +79,7 @@ class PythonBackend(Backend):
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(context.config)
         self.model: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready_fn: Any = None
 
     def initialize(self) -> None:
         """Import model.py, instantiate TritonPythonModel and call initialize(args)."""
@@ -90,6 +100,27 @@ class PythonBackend(Backend):
         init = getattr(self.model, "initialize", None)
         if init is not None:
             self._run(init(args))
+        self._ready_fn = _ready_fn(self.model)
+        self.has_ready_fn = self._ready_fn is not None
+
+    def is_ready(self) -> bool:
+        """The model's optional is_model_ready() (or is_ready()), plain or async: ready only when it returns True;
+        False, anything not a bool, or an exception mean not ready (as Triton's Python backend)."""
+        if self._ready_fn is None:
+            return True
+        try:
+            result = self._run(self._ready_fn())
+        except Exception as e:
+            log.error("model '%s' readiness check raised: %s", self.context.instance_name, _describe(e))
+            return False
+        if not isinstance(result, bool):
+            log.error(
+                "model '%s' readiness check returned %s, expected a bool: not ready",
+                self.context.instance_name,
+                type(result).__name__,
+            )
+            return False
+        return result
 
     def _loop_running(self) -> asyncio.AbstractEventLoop:
         """The instance's event loop, running in a daemon thread (created on first use), as Triton's stub does."""

@@ -19,14 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from service.worker.pb_utils.errors import TritonError
+from service.worker.pb_utils.responses import InferenceResponse
+from service.worker.pb_utils.tensor import Tensor, _tensor_from_input
+
 Arrays = Mapping[str, np.ndarray]
 BatchFn = Callable[[dict[str, np.ndarray]], Any]
 
 
 def _outputs_as_arrays(result: Any) -> dict[str, np.ndarray]:
     """Accept {name: array}, {name: Tensor} or [Tensor, ...] from the model function."""
-    from service.worker.pb_utils import triton_python_backend_utils as pb  # pb_utils imports this module
-
     if isinstance(result, Mapping):
         items = list(result.items())
     elif isinstance(result, list | tuple):
@@ -35,7 +37,7 @@ def _outputs_as_arrays(result: Any) -> dict[str, np.ndarray]:
         raise TypeError(f"a batched execute must return a dict of output arrays, got {type(result).__name__}")
     out = {}
     for name, value in items:
-        array = value.as_numpy() if isinstance(value, pb.Tensor) else np.asarray(value)
+        array = value.as_numpy() if isinstance(value, Tensor) else np.asarray(value)
         if array.dtype.kind in ("S", "U"):
             array = array.astype(np.object_)
         elif not array.flags.c_contiguous:
@@ -50,17 +52,13 @@ def _group_key(request: Any, batch_dim: bool) -> tuple[Any, ...]:
 
 
 def _error_responses(count: int, e: BaseException) -> list[Any]:
-    from service.worker.pb_utils import triton_python_backend_utils as pb  # pb_utils imports this module
-
     text = str(e)
     message = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    return [pb.InferenceResponse(error=pb.TritonError(message)) for _ in range(count)]
+    return [InferenceResponse(error=TritonError(message)) for _ in range(count)]
 
 
 def _run_group(requests: list[Any], fn: BatchFn, batch_dim: bool) -> list[Any]:
     """Stack one shape-compatible group, call fn once, split its outputs back per request."""
-    from service.worker.pb_utils import triton_python_backend_utils as pb  # pb_utils imports this module
-
     names = [t.name() for t in requests[0].inputs()]
     per_request = [[t.as_numpy() for t in r.inputs()] for r in requests]
     if len(requests) == 1:
@@ -84,10 +82,10 @@ def _run_group(requests: list[Any], fn: BatchFn, batch_dim: bool) -> list[Any]:
     for size in sizes:
         end = start + size
         if batch_dim:
-            tensors = [pb._tensor_from_input(name, array[start:end]) for name, array in outputs.items()]
+            tensors = [_tensor_from_input(name, array[start:end]) for name, array in outputs.items()]
         else:
-            tensors = [pb._tensor_from_input(name, array[start]) for name, array in outputs.items()]
-        responses.append(pb.InferenceResponse(output_tensors=tensors))
+            tensors = [_tensor_from_input(name, array[start]) for name, array in outputs.items()]
+        responses.append(InferenceResponse(output_tensors=tensors))
         start = end
     return responses
 

@@ -15,6 +15,8 @@ import weakref
 from collections import deque
 from typing import Any
 
+from service.worker.pb_utils.errors import TritonModelException
+
 COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
 _INCREMENT, _SET, _OBSERVE, _DELETE, _FAMILY_DELETE = 0, 1, 2, 3, 4  # ipc.METRIC_* op codes
 _KIND_NAMES = {COUNTER: "COUNTER", GAUGE: "GAUGE", HISTOGRAM: "HISTOGRAM"}
@@ -72,8 +74,6 @@ _CALL_ERRORS = {
 
 
 def _error(message: str) -> Exception:
-    from service.worker.pb_utils.triton_python_backend_utils import TritonModelException  # pb_utils imports us
-
     return TritonModelException(message)
 
 

@@ -1,21 +1,13 @@
-"""Flags and settings of the front ends' security and connections: TLS, restricted API groups (Triton's
---grpc-restricted-protocol / --http-restricted-api), gRPC keepalive and connection age, admission bounds."""
+"""Flags and settings of who may call what and how connections behave: restricted API groups (Triton's
+--grpc-restricted-protocol / --http-restricted-api), gRPC keepalive and connection age, admission bounds; the
+TLS flags of both front ends are added here in their place and parsed by config/tls.py."""
 
 from __future__ import annotations
 
 import argparse
-import ssl
 from dataclasses import dataclass, field
 
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "1", "yes", "on"):
-        return True
-    if value in ("false", "0", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got '{text}'")
-
+from service.config.tls import TlsSettings, add_tls_flags, bool_flag, tls_settings
 
 API_GROUP_NAMES = (
     "health",
@@ -79,26 +71,11 @@ GRPC_CHANNEL_FLAGS = {
 
 
 @dataclass(slots=True)
-class HttpTls:
-    """HTTPS for the HTTP front end (our flags; Triton serves plain HTTP only)."""
-
-    use_ssl: bool = False
-    use_ssl_mutual: bool = False
-    server_cert: str = ""
-    server_key: str = ""
-    root_cert: str = ""
-
-
-@dataclass(slots=True)
 class GrpcSettings:
     """How the gRPC front end listens: TLS, restricted API groups, connection options, stream buffering."""
 
     restricted: list[RestrictedApi] = field(default_factory=list)
-    use_ssl: bool = False
-    use_ssl_mutual: bool = False
-    server_cert: str = ""
-    server_key: str = ""
-    root_cert: str = ""
+    tls: TlsSettings = field(default_factory=TlsSettings)
     channel_args: dict[str, int] = field(default_factory=dict)  # grpc core arguments from the keepalive flags
     stream_buffer_bytes: int = 64 << 20  # responses one ModelStreamInfer call may hold unwritten
 
@@ -137,45 +114,12 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
         metavar=rule,
         help="HTTP requests to these API groups need header KEY=VALUE, others get 403",
     )
-    p.add_argument("--grpc-use-ssl", type=_bool, default=False, metavar="BOOL", help="serve gRPC over TLS (false)")
-    p.add_argument(
-        "--grpc-use-ssl-mutual",
-        type=_bool,
-        default=False,
-        metavar="BOOL",
-        help="serve gRPC over mutual TLS: clients need a certificate signed by --grpc-root-cert (false)",
-    )
-    p.add_argument("--grpc-server-cert", default="", metavar="FILE", help="PEM certificate of the gRPC endpoint")
-    p.add_argument("--grpc-server-key", default="", metavar="FILE", help="PEM private key of the gRPC endpoint")
-    p.add_argument(
-        "--grpc-root-cert", default="", metavar="FILE", help="PEM CA certificate that client certificates chain to"
-    )
+    add_tls_flags(p, "grpc")
     for flag, meaning in _CHANNEL_HELP.items():
-        kind = _bool if flag == "grpc_keepalive_permit_without_calls" else int
-        metavar = "BOOL" if kind is _bool else "MS" if "ping" not in flag or "interval" in flag else "N"
+        kind = bool_flag if flag == "grpc_keepalive_permit_without_calls" else int
+        metavar = "BOOL" if kind is bool_flag else "MS" if "ping" not in flag or "interval" in flag else "N"
         p.add_argument("--" + flag.replace("_", "-"), type=kind, default=None, metavar=metavar, help=meaning)
-    p.add_argument(
-        "--http-use-ssl",
-        type=_bool,
-        default=False,
-        metavar="BOOL",
-        help="Trireme only: serve HTTP over TLS (HTTPS) with --http-server-cert and --http-server-key (false)",
-    )
-    p.add_argument(
-        "--http-use-ssl-mutual",
-        type=_bool,
-        default=False,
-        metavar="BOOL",
-        help="Trireme only: HTTPS with client certificates signed by --http-root-cert (false)",
-    )
-    p.add_argument("--http-server-cert", default="", metavar="FILE", help="Trireme only: PEM certificate for HTTPS")
-    p.add_argument("--http-server-key", default="", metavar="FILE", help="Trireme only: PEM private key for HTTPS")
-    p.add_argument(
-        "--http-root-cert",
-        default="",
-        metavar="FILE",
-        help="Trireme only: PEM CA of HTTPS client certificates",
-    )
+    add_tls_flags(p, "http")
     p.add_argument(
         "--grpc-stream-buffer-bytes",
         type=int,
@@ -205,43 +149,9 @@ def grpc_settings(args: argparse.Namespace) -> GrpcSettings:
     """GrpcSettings from the parsed flags."""
     return GrpcSettings(
         restricted=list(args.grpc_restricted_protocol),
-        use_ssl=args.grpc_use_ssl or args.grpc_use_ssl_mutual,
-        use_ssl_mutual=args.grpc_use_ssl_mutual,
-        server_cert=args.grpc_server_cert,
-        server_key=args.grpc_server_key,
-        root_cert=args.grpc_root_cert,
+        tls=tls_settings(args, "grpc"),
         channel_args={
             arg: int(getattr(args, flag)) for flag, arg in GRPC_CHANNEL_FLAGS.items() if getattr(args, flag) is not None
         },
         stream_buffer_bytes=max(0, args.grpc_stream_buffer_bytes),
     )
-
-
-def http_tls(args: argparse.Namespace) -> HttpTls:
-    """HttpTls from the parsed flags."""
-    return HttpTls(
-        use_ssl=args.http_use_ssl or args.http_use_ssl_mutual,
-        use_ssl_mutual=args.http_use_ssl_mutual,
-        server_cert=args.http_server_cert,
-        server_key=args.http_server_key,
-        root_cert=args.http_root_cert,
-    )
-
-
-def http_ssl_context(tls: HttpTls) -> ssl.SSLContext | None:
-    """The server-side TLS context for HTTPS (None: plain HTTP); OSError names the flag that is missing."""
-    if not tls.use_ssl:
-        return None
-    if not tls.server_cert or not tls.server_key:
-        raise OSError("--http-use-ssl needs --http-server-cert and --http-server-key")
-    if tls.use_ssl_mutual and not tls.root_cert:
-        raise OSError("--http-use-ssl-mutual needs --http-root-cert (the CA that signs client certificates)")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(tls.server_cert, tls.server_key)
-        if tls.root_cert:
-            context.load_verify_locations(tls.root_cert)
-    except (OSError, ssl.SSLError) as e:
-        raise OSError(f"unable to load the HTTPS certificate or key: {e}") from None
-    context.verify_mode = ssl.CERT_REQUIRED if tls.use_ssl_mutual else ssl.CERT_NONE
-    return context

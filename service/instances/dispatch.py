@@ -1,0 +1,134 @@
+"""Frames from a worker, server side: parse them off the socket and route each to where it belongs (responses to
+their requests, batch completions to the scheduler, start-up replies, handlers such as BLS)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from service.errors import ErrorCode, ServiceError
+from service.instances.readiness import ReadinessProbe
+from service.instances.spec import InstanceSpec
+from service.instances.transfer import _Inflight
+from service.ipc import frames as ipc
+from service.ipc.arena import GrowingArena
+from service.types import InferResponse, OutputTensor
+
+log = logging.getLogger("trireme.workers")
+
+
+class _Owner(Protocol):
+    def on_message(self, message: Any) -> None: ...
+    def on_connection_lost(self) -> None: ...
+
+
+class _WorkerProtocol(asyncio.Protocol):
+    """Parses frames from the worker socket and hands them to the WorkerProcess synchronously."""
+
+    def __init__(self, owner: _Owner) -> None:
+        self.owner = owner
+        self.buf = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        if not buf:  # the common case: whole frames in one read, decoded from `data` without copying it first
+            view = memoryview(data)
+            pos, end = 0, len(data)
+            while end - pos >= 4:
+                (n,) = ipc.HEADER.unpack_from(data, pos)
+                if end - pos - 4 < n:
+                    break
+                message = ipc.decode(view[pos + 4 : pos + 4 + n])
+                pos += 4 + n
+                self.owner.on_message(message)
+            if pos < end:
+                buf += view[pos:]
+            return
+        buf += data
+        pos, end = 0, len(buf)
+        while end - pos >= 4:
+            (n,) = ipc.HEADER.unpack_from(buf, pos)
+            if end - pos - 4 < n:
+                break
+            message = ipc.decode(memoryview(buf)[pos + 4 : pos + 4 + n])
+            pos += 4 + n
+            self.owner.on_message(message)
+        if pos:
+            del buf[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner.on_connection_lost()
+
+
+class FrameDispatch:
+    """WorkerProcess's routing of incoming frames (a mixin: the state is the WorkerProcess's own)."""
+
+    inflight: dict[int, _Inflight]
+    in_alloc: GrowingArena | None
+    batches: dict[int, tuple[list[int], Callable[[Any, ipc.ExecDone | None], None]]]
+    message_handlers: dict[type, Callable[[Any], None]]
+    _startup: asyncio.Future[Any] | None
+    _idle: asyncio.Future[None] | None
+    readiness: ReadinessProbe
+    spec: InstanceSpec
+
+    def _check_idle(self) -> None:
+        raise NotImplementedError
+
+    def _outputs(self, tensors: list[ipc.TensorMsg]) -> list[OutputTensor]:
+        raise NotImplementedError
+
+    def on_message(self, message: Any) -> None:
+        """Route one frame from the worker."""
+        if isinstance(message, ipc.Respond):
+            self._on_respond(message)
+        elif isinstance(message, ipc.ExecDone):
+            _rids, on_done = self.batches.pop(message.batch_id, ([], None))
+            if on_done is not None:
+                on_done(self, message)
+            if self._idle is not None:
+                self._check_idle()
+        elif isinstance(message, ipc.ReadyReply):
+            self.readiness.on_reply(message)
+        elif isinstance(message, ipc.Ready | ipc.Failed):
+            if self._startup is not None and not self._startup.done():
+                self._startup.set_result(message)
+        else:
+            handler = self.message_handlers.get(type(message))
+            if handler is not None:
+                handler(message)
+            else:
+                log.warning("unexpected message %s from worker %s", type(message).__name__, self.spec.instance_name)
+
+    def _on_respond(self, msg: ipc.Respond) -> None:
+        rec = self.inflight.get(msg.rid)
+        if rec is None:
+            return
+        req = rec.request
+        if req.stamps is not None:
+            req.stamps.append(("response_frame", time.monotonic_ns()))
+        if msg.final:
+            del self.inflight[msg.rid]
+            if rec.arena_offsets and self.in_alloc is not None:
+                for off in rec.arena_offsets:
+                    self.in_alloc.free(off)
+        # one constructor call per case (not a default object patched field by field)
+        if msg.error_code >= 0:
+            resp = InferResponse(
+                req.model_name, req.model_version, req.id, error=ServiceError(ErrorCode(msg.error_code), msg.error)
+            )
+            resp.model_error = msg.model_error  # returned by the model: a success for statistics
+        elif msg.null:
+            resp = InferResponse(req.model_name, req.model_version, req.id, null=True)
+        else:
+            resp = InferResponse(req.model_name, req.model_version, req.id, self._outputs(msg.outputs))
+        resp.final = msg.final
+        if msg.parameters:
+            resp.parameters = msg.parameters
+        if req.on_response is not None:
+            req.on_response(resp)
+        if self._idle is not None and msg.final:
+            self._check_idle()

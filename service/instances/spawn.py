@@ -1,0 +1,53 @@
+"""Starting a worker process: its command line, its environment, and the two socket pairs it talks over."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+
+
+def worker_command() -> list[str]:
+    """argv prefix that starts a worker with this interpreter."""
+    return [sys.executable, "-m", "service.worker.main"]
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a worker: ours, plus the repo root on PYTHONPATH so `service` imports anywhere."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+async def spawn_worker(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, socket.socket, socket.socket]:
+    """Start `python -m service.worker.main FD CANCEL_FD`: (process, frame socket, non-blocking cancel socket)."""
+    parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    # Cancel frames get their own socket: a worker thread blocks on it, so a running execute() sees
+    # is_cancelled() without anything waking up on the hot path.
+    cancel_sock, cancel_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    cancel_sock.setblocking(False)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *worker_command(),
+            str(child_sock.fileno()),
+            str(cancel_child.fileno()),
+            pass_fds=(child_sock.fileno(), cancel_child.fileno()),
+            env=worker_env(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
+            # kill workers behind the server's back; the server stops them, or they exit on EOF
+            start_new_session=True,
+        )
+    except BaseException:
+        parent_sock.close()
+        cancel_sock.close()
+        raise
+    finally:
+        child_sock.close()
+        cancel_child.close()
+    return proc, parent_sock, cancel_sock

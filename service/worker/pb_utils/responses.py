@@ -1,0 +1,69 @@
+"""pb_utils.InferenceResponse, the parameter checks requests and responses share, and delivery to the worker."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from service.worker.pb_utils.errors import TritonError, TritonModelException
+from service.worker.pb_utils.tensor import Tensor
+
+
+def _checked_parameters(parameters: Any) -> dict[str, Any]:
+    """Request/response parameters as a dict of str -> bool/int/str; other types raise Triton's messages."""
+    if parameters is None:
+        return {}
+    if isinstance(parameters, str):  # a JSON string, as parameters() returns it
+        parameters = json.loads(parameters) if parameters else {}
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect parameters to be a dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, bool | int | str):
+            raise TritonModelException(f"Expect parameters values to have type bool/int/str, found type {type(value)}")
+    return dict(parameters)
+
+
+class InferenceResponse:
+    """A model's answer to one request: output tensors, or an error."""
+
+    def __init__(
+        self,
+        output_tensors: list[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
+        self._outputs = list(output_tensors or [])
+        self._error = error
+        self._parameters = _checked_parameters(parameters)
+
+    def output_tensors(self) -> list[Tensor]:
+        """The output tensors."""
+        return self._outputs
+
+    def has_error(self) -> bool:
+        """True when the response carries an error."""
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        """The error, or None."""
+        return self._error
+
+    def parameters(self) -> str:
+        """Response parameters as a JSON string."""
+        return json.dumps(self._parameters)
+
+
+def _deliver(worker_request: Any, response: InferenceResponse | None, final: bool) -> None:
+    """Turn an InferenceResponse into the worker's respond() call."""
+    if response is None:
+        worker_request.respond(None, None, final, None)
+        return
+    err = response.error()
+    if err is not None:
+        # an error response the model returned: statistics count the request as a success (as Triton)
+        worker_request.respond(None, (err.code(), err.message()), final, response._parameters or None, True)
+        return
+    outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
+    worker_request.respond(outputs, None, final, response._parameters or None)
