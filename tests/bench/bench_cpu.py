@@ -23,6 +23,7 @@ Two phases:
 
 Usage: .venv/bin/python tests/bench/bench_cpu.py [--requests 5000] [--cg-requests 1000] [--concurrency 1 8]
        [--servers echo trireme in_process inline triton] [--rounds 3] [--no-callgrind] [--callgrind-triton]
+       [--shape 262144] [--shm]   (--shm: system shared memory for inputs and outputs; not for the echo)
 Prints markdown tables.
 """
 
@@ -88,6 +89,9 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], model: str, timeout_s: 
     raise TimeoutError(f"server on {port} never answered an inference")
 
 
+SHM: list[str] = []  # perf_analyzer flags for --shm (set in main)
+
+
 def pa(port: int, model: str, concurrency: int, requests: int, shape: int = 16, check: bool = True) -> float | None:
     """Send exactly `requests` requests with perf_analyzer (pinned to CLIENT_CPU); requests per second of wall time
     around the whole run, perf_analyzer's start included (its own figure is rounded to whole seconds in
@@ -95,7 +99,7 @@ def pa(port: int, model: str, concurrency: int, requests: int, shape: int = 16, 
     cmd = [
         "taskset", "-c", CLIENT_CPU, str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", "grpc",
         "-u", f"127.0.0.1:{port}", "--shape", f"INPUT0:{shape}", "--concurrency-range", f"{concurrency}:{concurrency}",
-        "--request-count", str(requests),
+        "--request-count", str(requests), *SHM,
     ]  # fmt: skip
     t0 = time.monotonic()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
@@ -215,7 +219,11 @@ def main() -> None:
     ap.add_argument("--no-callgrind", action="store_true")
     ap.add_argument("--no-cpu", action="store_true", help="only the callgrind phase")
     ap.add_argument("--callgrind-triton", action="store_true", help="also run Triton under callgrind (slow)")
+    ap.add_argument("--shm", action="store_true", help="inputs and outputs through system shared memory")
     args = ap.parse_args()
+    if args.shm:  # the echo has no shared-memory RPCs
+        args.servers = [k for k in args.servers if k != "echo"]
+        SHM[:] = ["--shared-memory", "system", "--output-shared-memory-size", str(args.shape * 4)]
     work = Path(tempfile.mkdtemp(prefix="bench_cpu_"))
     try:
         cpu = {} if args.no_cpu else cpu_phase(args, work)
@@ -237,7 +245,8 @@ def report(
         return statistics.median(r[field] for r in rows) if rows else 0.0
 
     print(
-        f"\n{args.shape} FP32 per request; CPU: median of {args.rounds} rounds x {args.requests} requests; "
+        f"\n{args.shape} FP32 per request{' through system shm' if args.shm else ''}; "
+        f"CPU: median of {args.rounds} rounds x {args.requests} requests; "
         f"instructions: {args.cg_requests} requests under callgrind\n"
     )
     print(
