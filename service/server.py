@@ -93,6 +93,8 @@ class Server:
             arena_bytes=config.arena_bytes,
             unload_timeout_s=config.model_unload_timeout_secs,
             arena_growth_bytes=config.arena_growth_bytes,
+            backend_directory=config.backend_directory,
+            host_policies=config.host_policies,
         )
         self.metrics_config = parse_metrics_config(config.metrics_config)
         options.summaries = config.allow_metrics and self.metrics_config.summary_latencies

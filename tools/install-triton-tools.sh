@@ -8,6 +8,8 @@
 #   bin/tritonserver     Triton Inference Server 2.51 with its Python backend (CPU); the server ships inside the
 #                        nvidia-pytriton 0.7.0 wheel
 #   venv-pa/bin/python   a Python with tritonclient[all] 2.51 for client scripts
+#   bin/model-analyzer   Triton's Model Analyzer (triton-model-analyzer from PyPI) in its own venv, venv-ma: its
+#                        pins (a newer tritonclient, numba, optuna) stay out of Trireme's environment
 # Safe to run again (finished parts are kept). The first run downloads about 700 MB.
 #   bash tools/install-triton-tools.sh
 #   ~/.cache/trireme/tools/bin/tritonserver --model-repository=DIR --grpc-port=P --http-port=Q
@@ -17,6 +19,7 @@ DEST=${TRIREME_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/trireme/tools}
 PY=${PYTHON:-python3}
 TRITONCLIENT_VERSION=2.51.0
 PYTRITON_VERSION=0.7.0
+MODEL_ANALYZER_VERSION=1.58.0
 
 say() { echo "install-triton-tools: $*" >&2; }
 
@@ -80,8 +83,20 @@ WRAPPER
   grep -q -- '--model-repository' <<<"$usage" || { say "tritonserver does not start: $usage"; return 1; }
 }
 
+install_model_analyzer() {
+  local venv=$DEST/venv-ma
+  if [ ! -x "$venv/bin/model-analyzer" ]; then
+    say "triton-model-analyzer $MODEL_ANALYZER_VERSION -> $venv"
+    "$PY" -m venv "$venv"
+    "$venv/bin/pip" install -q "triton-model-analyzer==$MODEL_ANALYZER_VERSION"
+  fi
+  ln -sf "$venv/bin/model-analyzer" "$DEST/bin/model-analyzer"
+  "$DEST/bin/model-analyzer" --help >/dev/null 2>&1 || { say "model-analyzer does not start"; return 1; }
+}
+
 mkdir -p "$DEST/bin"
 install_perf_analyzer
 install_tritonserver
-say "ready: $DEST/bin/perf_analyzer and $DEST/bin/tritonserver (Triton 2.51, Python backend, CPU)"
+install_model_analyzer
+say "ready: $DEST/bin/perf_analyzer, $DEST/bin/tritonserver (Triton 2.51, Python backend, CPU), $DEST/bin/model-analyzer"
 say "on a busy machine perf_analyzer often needs '-p 3000 -s 20 -r 20' to reach a stable measurement"

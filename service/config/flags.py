@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from service.config.access import GrpcSettings, RestrictedApi, add_security_flags, check_restricted, grpc_settings
 from service.config.cli_checks import add_cli_flags, reject_unknown
+from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
 from service.config.tls import TlsSettings, tls_settings
 
@@ -94,6 +95,9 @@ class ServerConfig:
     allow_gpu_metrics: bool = True
     openai: OpenAIOptions = field(default_factory=OpenAIOptions)  # --openai-port and friends (docs/openai.md)
 
+    backend_directory: str = ""  # --backend-directory: Python-based backends, DIR/<name>/model.py
+    host_policies: dict[str, HostPolicy] = field(default_factory=dict)  # --host-policy, by name
+
 
 # Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
 # real? Add it to build_parser and delete its entry here (a real flag of the same name already wins).
@@ -121,11 +125,9 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--cuda-virtual-address-size": "CUDA virtual address space per GPU",
     "--min-supported-compute-capability": "oldest CUDA compute capability used",
     "--buffer-manager-thread-count": "threads that copy input/output buffers",
-    "--host-policy": "NUMA host policy (name,key=value)",
     "--rate-limit": "rate limiter mode (off, execution_count)",
     "--rate-limit-resource": "a resource of the rate limiter (name:count:device)",
     "--cache-directory": "directory of cache implementations",
-    "--backend-directory": "directory of backend libraries",
     "--repoagent-directory": "directory of repository agents",
     "--log-info": "log INFO messages (Trireme: always on)",
     "--log-warning": "log WARNING messages (Trireme: always on)",
@@ -291,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"older Triton spelling of --trace-config {key}={what}",
         )
     _add_metrics(p)
+    _add_placement(p)
     add_openai_flags(p)
     add_cli_flags(p)
     _add_ignored(p)
@@ -383,6 +386,26 @@ def _add_metrics(p: argparse.ArgumentParser) -> None:
         default=True,
         metavar="BOOL",
         help="report GPU gauges when a GPU is visible (true)",
+    )
+
+
+def _add_placement(p: argparse.ArgumentParser) -> None:
+    """Where model code comes from and where it runs: custom backends and host policies (Triton's names)."""
+    p.add_argument(
+        "--backend-directory",
+        default="",
+        metavar="DIR",
+        help="Python-based backends: DIR/<name>/model.py (a TritonPythonModel) serves every model whose config "
+        'says backend: "<name>"; built-in backends need nothing here (none)',
+    )
+    p.add_argument(
+        "--host-policy",
+        action="append",
+        default=[],
+        metavar="<name>,<setting>=<value>",
+        help="pins instances whose instance_group names host_policy <name> (default names: cpu, gpu_<id>, "
+        "model): numa-node=<id> binds their memory (and cores) to that NUMA node, cpu-cores=<list> (0-3,8) their "
+        "threads to those cores; repeatable (none)",
     )
 
 
@@ -496,6 +519,21 @@ def parse_args(argv: list[str]) -> ServerConfig:
         parse_trace_config(config.trace_config, warn=True)
     except ValueError as e:
         parser.error(f"--trace-config: {e}")
+    config.backend_directory = args.backend_directory
+    if config.backend_directory and not os.path.isdir(config.backend_directory):
+        log.warning(
+            "--backend-directory '%s' is not a directory: only built-in backends are available", args.backend_directory
+        )
+    try:
+        config.host_policies = parse_host_policies(list(args.host_policy))
+    except ValueError as e:
+        parser.error(f"--host-policy: {e}")
+    for policy in config.host_policies.values():
+        memory = f", memory on NUMA node {policy.numa_node}" if policy.bind_memory else ""
+        if policy.numa_node is not None and not policy.bind_memory:
+            memory = " (this machine reports no NUMA nodes: memory is not bound)"
+        cores = ",".join(map(str, policy.cores())) or "any"
+        log.info("host policy '%s': cores %s%s", policy.name, cores, memory)
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True

@@ -103,6 +103,7 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
                     spec.arena_bytes,
                     spec.log_verbose,
                     growth,
+                    spec.backend_dir,
                 )
             )
             try:
@@ -125,7 +126,9 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
         self.alive = True
 
     async def _spawn(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.proc, parent_sock, self.cancel_sock = await spawn_worker(self.spec.env)
+        spec = self.spec
+        title = {"model": spec.model_name, "version": spec.model_version, "instance": spec.instance_name}
+        self.proc, parent_sock, self.cancel_sock = await spawn_worker(spec.env, title)
         self._startup = loop.create_future()
         self.transport, _ = await loop.create_unix_connection(lambda: _WorkerProtocol(self), sock=parent_sock)
 

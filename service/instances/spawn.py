@@ -5,12 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import sys
 
-
-def worker_command() -> list[str]:
-    """argv prefix that starts a worker with this interpreter."""
-    return [sys.executable, "-m", "service.worker.main"]
+from service.ipc.launch import fds_env, worker_command
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -24,20 +20,22 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-async def spawn_worker(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, socket.socket, socket.socket]:
-    """Start `python -m service.worker.main FD CANCEL_FD`: (process, frame socket, non-blocking cancel socket)."""
+async def spawn_worker(
+    env: dict[str, str], title: dict[str, str]
+) -> tuple[asyncio.subprocess.Process, socket.socket, socket.socket]:
+    """Start `python -m service.worker.main model=.. version=.. instance=..` (`title`: what ps shows; the socket
+    descriptors go in the environment): (process, frame socket, non-blocking cancel socket)."""
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     # Cancel frames get their own socket: a worker thread blocks on it, so a running execute() sees
     # is_cancelled() without anything waking up on the hot path.
     cancel_sock, cancel_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     cancel_sock.setblocking(False)
     try:
+        fds = [child_sock.fileno(), cancel_child.fileno()]
         proc = await asyncio.create_subprocess_exec(
-            *worker_command(),
-            str(child_sock.fileno()),
-            str(cancel_child.fileno()),
-            pass_fds=(child_sock.fileno(), cancel_child.fileno()),
-            env=worker_env(env),
+            *worker_command(title),
+            pass_fds=fds,
+            env=worker_env({**env, **fds_env(fds)}),
             stdin=asyncio.subprocess.DEVNULL,
             # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
             # kill workers behind the server's back; the server stops them, or they exit on EOF

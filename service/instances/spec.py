@@ -30,3 +30,4 @@ class InstanceSpec:
     inline: bool = False  # in-process, execute() on the server's event loop (in_process_inline)
     # called with every WorkerProcess made from this spec (restarts too), e.g. to add message_handlers (BLS)
     attach: Callable[[Any], None] | None = None
+    backend_dir: str = ""  # a Python-based backend's folder (DIR/<name> of --backend-directory); "" = built-in

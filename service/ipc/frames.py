@@ -76,6 +76,7 @@ class Init(msgspec.Struct, tag="init", array_like=True):
     out_arena_size: int
     log_verbose: int = 0
     arena_growth_bytes: int = 64 << 20  # the step either side grows an arena by when a tensor does not fit
+    backend_dir: str = ""  # a Python-based backend's folder (DIR/<name> of --backend-directory); "" = built-in
 
 
 class AutoComplete(msgspec.Struct, tag="autocomplete", array_like=True):
@@ -85,6 +86,7 @@ class AutoComplete(msgspec.Struct, tag="autocomplete", array_like=True):
     model_dir: str
     version_dir: str
     config_json: str
+    backend_dir: str = ""  # as in Init
 
 
 class Execute(msgspec.Struct, tag="exec", array_like=True):

@@ -1,7 +1,8 @@
 """Entry point of a worker process: load one model instance with its backend and serve batches.
 
-Started by the server as `python -m service.worker.main <socket fd>`; everything else arrives as
-messages on that socket (ipc.Init or ipc.AutoComplete first).
+Started by the server as `python -m service.worker.main model=<name> version=<v> instance=<instance>` (words that
+only name the process for ps and top) with its socket descriptors in the environment (ipc/launch.py); everything
+else arrives as messages on that socket (ipc.Init or ipc.AutoComplete first).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from service.errors import ErrorCode
 from service.ipc import frames as ipc
 from service.ipc import stagetrace
 from service.ipc.arena import ShmPoolExhausted
+from service.ipc.launch import take_fds, take_placement
 from service.worker.backends.base import Backend, BackendContext, WorkerRequest, load_backend_class
 from service.worker.bls_client import BlsClient
 from service.worker.channel import OutputTooLarge, WorkerChannel
 from service.worker.metrics_client import ChannelMetricsSink
 from service.worker.pb_utils import metrics as pb_metrics
+from service.worker.placement import pin
 from shm.system import SegmentTruncated
 
 log = logging.getLogger("trireme.worker")
@@ -89,7 +92,7 @@ class Worker:
             self.channel.map_arenas(init.in_arena, init.out_arena, init.arena_growth_bytes)
             force_cpu = self.config.get("parameters", {}).get("FORCE_CPU_ONLY_INPUT_TENSORS", {})
             self.channel.gpu_inputs = str(force_cpu.get("string_value", "yes")).lower() == "no"
-            backend_cls = load_backend_class(init.backend)
+            backend_cls = load_backend_class(init.backend, init.backend_dir)
             context = BackendContext(
                 model_name=init.model_name,
                 model_version=init.model_version,
@@ -303,7 +306,7 @@ def _describe(e: BaseException) -> str:
 def run_auto_complete(channel: WorkerChannel, msg: ipc.AutoComplete) -> None:
     """Run the backend's auto_complete and send back the completed JSON config."""
     try:
-        backend_cls = load_backend_class(msg.backend)
+        backend_cls = load_backend_class(msg.backend, msg.backend_dir)
         config = backend_cls.auto_complete(json.loads(msg.config_json), msg.model_dir, msg.version_dir)
         channel.send(ipc.Ready(json.dumps(config)))
     except BaseException as e:
@@ -316,7 +319,11 @@ def main() -> None:
     """Connect to the server through the inherited socket and serve until told to stop."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
-    sock = socket.socket(fileno=int(sys.argv[1]))
+    fds, placement = take_fds(), take_placement()
+    # what a model sees in sys.argv, as under Triton's stub: no worker arguments (unittest.main() and argparse
+    # in a model.py parse an empty command line)
+    sys.argv = [""]
+    sock = socket.socket(fileno=fds[0])
     channel = WorkerChannel(sock)
     try:
         first = channel.read_one()
@@ -327,10 +334,15 @@ def main() -> None:
             raise SystemExit(f"unexpected first message {type(first).__name__}")
         if first.log_verbose:
             logging.getLogger().setLevel(logging.DEBUG)
+        try:
+            pin(*placement)  # the host policy: before the model allocates anything
+        except OSError as e:
+            channel.send(ipc.Failed(f"model instance '{first.instance_name}': {e.strerror}"))
+            return
         worker = Worker(channel, first)
         pb_metrics.state.default = worker.metrics  # threads the model starts itself use it too
-        if len(sys.argv) > 2:
-            CancelListener(socket.socket(fileno=int(sys.argv[2])), worker.on_message)
+        if len(fds) > 1:
+            CancelListener(socket.socket(fileno=fds[1]), worker.on_message)
         worker.start()
         worker.serve()
     except (EOFError, ConnectionError, BrokenPipeError):

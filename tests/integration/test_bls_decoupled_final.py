@@ -176,7 +176,7 @@ def test_decoupled_bls_iterator_yields_the_final_empty_response(server: ServerPr
 @pytest.mark.parametrize("model", ["raise_open", "raise_open_async"])
 def test_execute_raising_with_an_open_sender_ends_the_request_with_its_error(server: ServerProcess, model: str) -> None:
     got = stream(server.url, model, 1)
-    assert got == [1, f"Failed to process the request(s) for model '{model}_0_0', message: ValueError: raised with the "
+    assert got == [1, f"Failed to process the request(s) for model '{model}_0', message: ValueError: raised with the "
                    "sender open"]  # fmt: skip
     assert stream(server.url, "bls_stream", 2) == [2, 2, "final"]  # the server serves on
     if model == "raise_open":

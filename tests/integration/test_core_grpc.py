@@ -264,7 +264,7 @@ def test_model_errors_fail_only_that_request(grpc_client: grpcclient.InferenceSe
     _expect_error(
         lambda: grpc_client.infer("raise_error", [bad]),
         "StatusCode.INTERNAL",
-        "Failed to process the request(s) for model 'raise_error_0_0'",
+        "Failed to process the request(s) for model 'raise_error_0'",
         "ValueError: negative input is not allowed",
     )
     nan = _input("INPUT0", np.array([[np.nan]], np.float32), "FP32")

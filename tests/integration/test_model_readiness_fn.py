@@ -101,7 +101,7 @@ def test_a_slow_readiness_function_times_out_as_not_ready(server: ServerProcess)
     assert 4.5 < time.monotonic() - start < 6.5
     _infer(client, "slow")
     client.close()
-    assert "model instance 'slow_0_0': readiness check did not answer in 5.0 s: not ready" in server.log()
+    assert "model instance 'slow_0': readiness check did not answer in 5.0 s: not ready" in server.log()
 
 
 def test_errors_of_the_readiness_function_are_logged(server: ServerProcess) -> None:
@@ -110,5 +110,5 @@ def test_errors_of_the_readiness_function_are_logged(server: ServerProcess) -> N
     assert not client.is_model_ready("non_boolean")
     client.close()
     log = server.log()
-    assert "model 'raises_0_0' readiness check raised: RuntimeError: database is down" in log
-    assert "model 'non_boolean_0_0' readiness check returned str, expected a bool: not ready" in log
+    assert "model 'raises_0' readiness check raised: RuntimeError: database is down" in log
+    assert "model 'non_boolean_0' readiness check returned str, expected a bool: not ready" in log

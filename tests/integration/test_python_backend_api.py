@@ -128,7 +128,7 @@ def test_initialize_args_and_request_accessors(api_server) -> None:  # type: ign
             "model_name",
         ]
     )
-    assert info["instance"] == "introspect_0_0" and info["kind"] == "CPU" and info["version"] == "1"
+    assert info["instance"] == "introspect_0" and info["kind"] == "CPU" and info["version"] == "1"
     assert info["repository"] == str(repo / "introspect") and info["name"] == "introspect"
     assert info["config_name"] == "introspect" and info["max_batch_size"] == 4
     assert info["id"] == "abc" and info["params"] == {"mode": "check", "n": 3}
@@ -161,7 +161,7 @@ def test_model_exception_fails_the_batch_with_internal(api_server) -> None:  # t
     with pytest.raises(InferenceServerException) as info:
         _call(server.url, {"fail": "raise"})
     assert info.value.status() == "StatusCode.INTERNAL"
-    assert "Failed to process the request(s) for model 'introspect_0_0'" in info.value.message()
+    assert "Failed to process the request(s) for model 'introspect_0'" in info.value.message()
     assert "TritonModelException: model exception text" in info.value.message()
     assert _call(server.url).as_numpy("OUT").shape == (2, 2)  # the stub survived
 

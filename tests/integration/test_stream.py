@@ -181,7 +181,7 @@ def test_errors_are_in_band_and_stream_stays_open(stream: Stream) -> None:
     assert "IN and DELAY shape mismatch" in messages
     messages.remove("IN and DELAY shape mismatch")
     assert messages[0] == "Request for unknown model: 'no_such_model' is not found"
-    assert messages[1].startswith("Failed to process the request(s) for model 'raise_error_0_0', message: ")
+    assert messages[1].startswith("Failed to process the request(s) for model 'raise_error_0', message: ")
     assert "negative input is not allowed" in messages[1]
     assert messages[2] == "input contains NaN"
     assert "unexpected shape for input 'INPUT0' for model 'identity_fp32'" in messages[3]

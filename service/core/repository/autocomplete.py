@@ -9,16 +9,21 @@ import socket
 from protos import model_config_pb2 as mc
 from service.core.repository import model_config as cfg
 from service.errors import ErrorCode, ServiceError
-from service.instances.spawn import worker_command, worker_env
+from service.instances.spawn import worker_env
 from service.ipc import frames as ipc
+from service.ipc.launch import fds_env, worker_command
 
 AUTO_COMPLETE_TIMEOUT_S = 60.0
 
 
-def needs_auto_complete(config: mc.ModelConfig, version_dir: str) -> bool:
+def needs_auto_complete(config: mc.ModelConfig, version_dir: str, backend_dir: str = "") -> bool:
     """Whether the backend has anything to contribute (skips a process start for most models)."""
-    if config.backend == "python":
-        path = os.path.join(version_dir, config.default_model_filename or "model.py")
+    if config.backend == "python" or backend_dir:
+        path = (
+            os.path.join(backend_dir, "model.py")
+            if backend_dir
+            else os.path.join(version_dir, config.default_model_filename or "model.py")
+        )
         try:
             with open(path, encoding="utf-8") as f:
                 return "auto_complete_config" in f.read()
@@ -30,11 +35,14 @@ def needs_auto_complete(config: mc.ModelConfig, version_dir: str) -> bool:
 
 
 async def run_auto_complete(
-    config: mc.ModelConfig, model_dir: str, version_dir: str, config_file_exists: bool
+    config: mc.ModelConfig, model_dir: str, version_dir: str, config_file_exists: bool, backend_dir: str = ""
 ) -> mc.ModelConfig:
-    """The config completed by the model's backend; unchanged when the backend has nothing to add."""
+    """The config completed by the model's backend; unchanged when the backend has nothing to add.
+
+    `backend_dir`: the folder of the model's Python-based backend ("" for a built-in backend).
+    """
     loop = asyncio.get_running_loop()
-    if not await loop.run_in_executor(None, needs_auto_complete, config, version_dir):
+    if not await loop.run_in_executor(None, needs_auto_complete, config, version_dir, backend_dir):
         if not config_file_exists and config.backend == "python":
             raise ServiceError(
                 ErrorCode.INVALID_ARG,
@@ -44,11 +52,11 @@ async def run_auto_complete(
         return config
     parent, child = socket.socketpair()
     try:
+        title = {"model": os.path.basename(model_dir), "version": os.path.basename(version_dir)}
         proc = await asyncio.create_subprocess_exec(
-            *worker_command(),
-            str(child.fileno()),
+            *worker_command({**title, "task": "auto-complete"}),
             pass_fds=(child.fileno(),),
-            env=worker_env(),
+            env=worker_env(fds_env([child.fileno()])),
             stdin=asyncio.subprocess.DEVNULL,
             # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
             # kill workers behind the server's back; the server stops them, or they exit on EOF
@@ -58,7 +66,9 @@ async def run_auto_complete(
         child.close()
     try:
         reader, writer = await asyncio.open_unix_connection(sock=parent)
-        writer.write(ipc.encode(ipc.AutoComplete(config.backend, model_dir, version_dir, cfg.to_json(config))))
+        writer.write(
+            ipc.encode(ipc.AutoComplete(config.backend, model_dir, version_dir, cfg.to_json(config), backend_dir))
+        )
         await writer.drain()
         header = await asyncio.wait_for(reader.readexactly(4), AUTO_COMPLETE_TIMEOUT_S)
         (n,) = ipc.HEADER.unpack(header)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from protos import model_config_pb2 as mc
+from service.config.host_policy import HostPolicy, default_policy_name
 from service.core.repository import model_config as cfg
 from service.errors import ErrorCode, ServiceError
 from service.instances.mode import MODE_KEY, instance_mode
 from service.instances.process import InstanceSpec
+from service.ipc.launch import PLACEMENT_ENV, placement_env
 
 log = logging.getLogger("trireme.repository")
 
@@ -35,8 +37,15 @@ def instance_specs(
     attach: Callable[[Any], None] | None,
     arena_growth_bytes: int = 64 << 20,
     arena_reserve: bool = False,
+    backend_dir: str = "",
+    host_policies: Mapping[str, HostPolicy] | None = None,
 ) -> list[InstanceSpec]:
-    """One InstanceSpec per instance the config's instance groups ask for; ServiceError for impossible groups."""
+    """One InstanceSpec per instance the config's instance groups ask for; ServiceError for impossible groups.
+
+    Each instance runs where its host policy (--host-policy) says: the one its group names, else the default
+    name of its device (cpu, gpu_<id>, model) when one is defined; a named policy that is not defined fails.
+    """
+    policies = host_policies or {}
     config_json = cfg.to_json(config)
     try:
         mode = instance_mode(config.parameters)
@@ -69,12 +78,23 @@ def instance_specs(
                 ErrorCode.INVALID_ARG,
                 f"instance group {group.name} of model {name} has kind KIND_{kind} but specifies one or more GPUs",
             )
+        if group.host_policy and group.host_policy not in policies:
+            raise ServiceError(
+                ErrorCode.INVALID_ARG,
+                f"instance group {group.name} of model {name} names host policy '{group.host_policy}', which no "
+                f"--host-policy defines (defined: {', '.join(sorted(policies)) or 'none'})",
+            )
         devices = list(group.gpus) if kind == "GPU" else [0]
         for device in devices:
+            policy = policies.get(group.host_policy or default_policy_name(kind, device))
+            env = placement_env(policy.cores(), policy.numa_node if policy.bind_memory else None) if policy else {}
+            if env and in_process:
+                log.warning("model '%s': in-process instances run in the server, not pinned by host policies", name)
             for k in range(group.count):
                 specs.append(
                     InstanceSpec(
                         backend=config.backend,
+                        backend_dir=backend_dir,
                         model_name=name,
                         model_version=str(version),
                         model_dir=model_dir,
@@ -90,13 +110,14 @@ def instance_specs(
                         attach=attach,
                         in_process=in_process,
                         inline=mode == "in_process_inline",
+                        env=dict(env),
                     )
                 )
     return specs
 
 
-def _key(spec: InstanceSpec) -> tuple[str, str, int]:
-    return (spec.instance_name, spec.instance_kind, spec.device_id)
+def _key(spec: InstanceSpec) -> tuple[str, str, int, str]:
+    return (spec.instance_name, spec.instance_kind, spec.device_id, spec.env.get(PLACEMENT_ENV, ""))
 
 
 def instance_diff(old: list[InstanceSpec], new: list[InstanceSpec]) -> tuple[list[InstanceSpec], list[InstanceSpec]]:

@@ -98,7 +98,8 @@ def fill_backend(config: mc.ModelConfig, model_dir: str, versions: list[int]) ->
         if config.platform in PLATFORM_BACKENDS:
             config.default_model_filename = PLATFORM_BACKENDS[config.platform][1]
         elif config.backend:
-            config.default_model_filename = BACKEND_FILES.get(config.backend, f"model.{config.backend}")
+            # "" for other backends (Python-based ones, --backend-directory), as Triton's ModelConfig shows
+            config.default_model_filename = BACKEND_FILES.get(config.backend, "")
 
 
 def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int = 0) -> None:
@@ -128,6 +129,7 @@ def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int = 0) -> No
     if not config.instance_group:
         group = config.instance_group.add()
         group.kind = mc.ModelInstanceGroup.KIND_AUTO
+        group.name = config.name  # Triton names the group it adds after the model: its instance is '<model>_0'
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"

@@ -19,9 +19,11 @@ from functools import partial
 from typing import Any
 
 from protos import model_config_pb2 as mc
+from service.config.host_policy import HostPolicy
 from service.core.observability.summaries import SummaryWindow
 from service.core.repository import model_config as cfg
 from service.core.repository.autocomplete import run_auto_complete
+from service.core.repository.backend_directory import PYTHON_BASED_RUNTIME, backend_folder
 from service.core.repository.instance_plan import instance_specs, update_instances, without_instances
 from service.core.repository.model_version import (
     LOADING,
@@ -61,6 +63,8 @@ class RepositoryOptions:
     arena_reserve: bool = False  # reserve each arena's pages when created (/dev/shm is tight: repository/shm_plan.py)
     summaries: bool = False  # keep latency samples for Triton's summary metrics (--metrics-config)
     unload_timeout_s: float = 30.0  # how long an unload (or a replaced version) waits for in-flight requests
+    backend_directory: str = ""  # --backend-directory: where Python-based backends are found (DIR/<name>/model.py)
+    host_policies: dict[str, HostPolicy] = field(default_factory=dict)  # --host-policy, by name
     # called with every worker process started (BLS server: routes the worker's BLS messages)
     attach_worker: Callable[[Any], None] | None = None
 
@@ -267,6 +271,12 @@ class ModelRepository:
             log.exception("failed to load '%s' version %d", entry.name, version)
         return mv
 
+    def _backend_dir(self, config: mc.ModelConfig) -> str:
+        """The folder of the model's Python-based backend, "" for a built-in one; ServiceError when unknown."""
+        if config.platform == "ensemble" or not config.backend:
+            return ""
+        return backend_folder(config.backend, self.options.backend_directory)
+
     def _instance_specs(self, mv: ModelVersion, config: mc.ModelConfig) -> list[Any]:
         o = self.options
         return instance_specs(
@@ -280,6 +290,8 @@ class ModelRepository:
             o.attach_worker,
             arena_growth_bytes=o.arena_growth_bytes,
             arena_reserve=o.arena_reserve,
+            backend_dir=self._backend_dir(config),
+            host_policies=o.host_policies,
         )
 
     async def _prepare_config(
@@ -294,9 +306,12 @@ class ModelRepository:
                 None, cfg.read_config, entry.model_dir, self.options.model_config_name
             )
         cfg.fill_backend(config, entry.model_dir, versions)
+        backend_dir = self._backend_dir(config)
+        if backend_dir:
+            config.runtime = PYTHON_BASED_RUNTIME
         if self.options.auto_complete and config.backend and versions:
             config = await run_auto_complete(
-                config, entry.model_dir, os.path.join(entry.model_dir, str(versions[-1])), exists
+                config, entry.model_dir, os.path.join(entry.model_dir, str(versions[-1])), exists, backend_dir
             )
         elif not exists:
             raise cfg.config_error(path, "model configuration file is missing and auto-complete is disabled")

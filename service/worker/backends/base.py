@@ -93,6 +93,9 @@ class Backend(ABC):
     #: whether inputs in CUDA shared memory reach execute() as device arrays (cupy, no host copy) instead of
     #: numpy copies; read by the worker after initialize()
     device_inputs: bool = False
+    #: the folder of a Python-based backend (--backend-directory DIR, DIR/<name>/model.py) whose model.py this
+    #: class runs; "" for a built-in backend (set by load_backend_class)
+    backend_dir: str = ""
 
     def __init__(self, context: BackendContext) -> None:
         self.context = context
@@ -271,7 +274,9 @@ def visible_gpu_count() -> int:
     return count
 
 
-# backend name -> "module:Class", imported lazily so a worker only imports its own framework
+# The built-in backends, the one list of them (docs/backends.md points here): backend name -> "module:Class",
+# imported lazily so a worker only imports its own framework. Any other name is looked up as a Python-based
+# backend, DIR/<name>/model.py under --backend-directory, and runs on the python backend.
 BACKENDS: dict[str, str] = {
     "python": "service.worker.backends.python:PythonBackend",
     "pytorch": "service.worker.backends.pytorch:TorchBackend",
@@ -282,11 +287,16 @@ BACKENDS: dict[str, str] = {
 }
 
 
-def load_backend_class(name: str) -> type[Backend]:
-    """Import the Backend class registered under `name`; ValueError when unknown."""
-    target = BACKENDS.get(name)
+def load_backend_class(name: str, backend_dir: str = "") -> type[Backend]:
+    """Import the Backend class registered under `name`; ValueError when unknown.
+
+    With `backend_dir` (the folder of a Python-based backend) it is the python backend bound to that folder.
+    """
+    target = BACKENDS["python"] if backend_dir else BACKENDS.get(name)
     if target is None:
         raise ValueError(f"unsupported backend '{name}' (supported: {', '.join(sorted(BACKENDS))})")
     module_name, class_name = target.split(":")
     backend_cls: type[Backend] = getattr(importlib.import_module(module_name), class_name)
+    if backend_dir:
+        return type(f"{class_name}[{name}]", (backend_cls,), {"backend_dir": backend_dir})
     return backend_cls

@@ -42,17 +42,23 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def import_model_module(model_dir: str, version_dir: str, filename: str) -> ModuleType:
-    """Import <version_dir>/<filename> the way Triton does (model and version dirs on sys.path)."""
+def import_model_module(model_dir: str, version_dir: str, filename: str, backend_dir: str = "") -> ModuleType:
+    """Import <version_dir>/<filename> the way Triton does (model and version dirs on sys.path).
+
+    With `backend_dir` (a Python-based backend, DIR/<name> of --backend-directory) the model's code is that
+    folder's model.py, imported as module `model` with the folder on sys.path, as Triton's stub does.
+    """
     sys.modules[PB_UTILS_NAME] = pb_utils
     pb_utils.runtime.model_dir = version_dir
-    path = os.path.join(version_dir, filename)
+    folder, entries = (backend_dir, (backend_dir,)) if backend_dir else (version_dir, (model_dir, version_dir))
+    path = os.path.join(folder, "model.py" if backend_dir else filename)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"unable to find model file '{path}'")
-    for entry in (model_dir, version_dir):
+    for entry in entries:
         if entry not in sys.path:
             sys.path.append(entry)
-    spec = importlib.util.spec_from_file_location(f"{os.path.basename(version_dir)}.model", path)
+    name = "model" if backend_dir else f"{os.path.basename(version_dir)}.model"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -72,7 +78,7 @@ def _ready_fn(model: Any) -> Any:
 
 
 class PythonBackend(Backend):
-    """Backend for `backend: "python"` models."""
+    """Backend for `backend: "python"` models, and for models of a Python-based backend (`backend_dir` set)."""
 
     def __init__(self, context: BackendContext) -> None:
         super().__init__(context)
@@ -86,7 +92,7 @@ class PythonBackend(Backend):
         ctx = self.context
         pb_utils.runtime.bls = ctx.bls
         filename = ctx.config.get("default_model_filename") or "model.py"
-        module = import_model_module(ctx.model_dir, ctx.version_dir, filename)
+        module = import_model_module(ctx.model_dir, ctx.version_dir, filename, self.backend_dir)
         self.model = module.TritonPythonModel()
         args = {
             "model_config": ctx.config_json,
@@ -243,7 +249,7 @@ class PythonBackend(Backend):
     def auto_complete(cls, config: dict[str, Any], model_dir: str, version_dir: str) -> dict[str, Any]:
         """Run TritonPythonModel.auto_complete_config, when the model defines it."""
         filename = config.get("default_model_filename") or "model.py"
-        module = import_model_module(model_dir, version_dir, filename)
+        module = import_model_module(model_dir, version_dir, filename, cls.backend_dir)
         hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
         if hook is None:
             return config
