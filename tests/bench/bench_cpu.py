@@ -124,7 +124,8 @@ def cpu_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], lis
     try:
         for k in args.servers:
             wait_ready(ports[k], procs[k], MODELS[k], 180)
-            pa(ports[k], MODELS[k], 8, 1000, args.shape)  # warm-up
+            warm = max(20, min(1000, (64 << 20) // (4 * args.shape)))  # fewer for large tensors
+            pa(ports[k], MODELS[k], 8, warm, args.shape)  # warm-up
         names = list(args.servers)
         for r in range(args.rounds):
             for c in args.concurrency:
