@@ -351,8 +351,10 @@ class Engine:
                 return
             if key is not None:
                 on_response = gate.storing(mv, key, on_response)
-        if any(o.classification for o in request.outputs):
-            on_response = self.classifier.wrap(mv, request, on_response)
+        for o in request.outputs:  # a loop, not any(<generator>): this runs per request
+            if o.classification:
+                on_response = self.classifier.wrap(mv, request, on_response)
+                break
         admission = self.admission
         if admission is not None:
             admission.enter(mv)  # raises UNAVAILABLE above a bound

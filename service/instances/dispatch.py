@@ -34,6 +34,19 @@ class _WorkerProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf
+        if not buf:  # the common case: whole frames in one read, decoded from `data` without copying it first
+            view = memoryview(data)
+            pos, end = 0, len(data)
+            while end - pos >= 4:
+                (n,) = ipc.HEADER.unpack_from(data, pos)
+                if end - pos - 4 < n:
+                    break
+                message = ipc.decode(view[pos + 4 : pos + 4 + n])
+                pos += 4 + n
+                self.owner.on_message(message)
+            if pos < end:
+                buf += view[pos:]
+            return
         buf += data
         pos, end = 0, len(buf)
         while end - pos >= 4:
@@ -102,16 +115,19 @@ class FrameDispatch:
             if rec.arena_offsets and self.in_alloc is not None:
                 for off in rec.arena_offsets:
                     self.in_alloc.free(off)
-        resp = InferResponse(req.model_name, req.model_version, req.id, final=msg.final)
-        if msg.parameters:
-            resp.parameters = msg.parameters
+        # one constructor call per case (not a default object patched field by field)
         if msg.error_code >= 0:
-            resp.error = ServiceError(ErrorCode(msg.error_code), msg.error)
+            resp = InferResponse(
+                req.model_name, req.model_version, req.id, error=ServiceError(ErrorCode(msg.error_code), msg.error)
+            )
             resp.model_error = msg.model_error  # returned by the model: a success for statistics
         elif msg.null:
-            resp.null = True
+            resp = InferResponse(req.model_name, req.model_version, req.id, null=True)
         else:
-            resp.outputs = self._outputs(msg.outputs)
+            resp = InferResponse(req.model_name, req.model_version, req.id, self._outputs(msg.outputs))
+        resp.final = msg.final
+        if msg.parameters:
+            resp.parameters = msg.parameters
         if req.on_response is not None:
             req.on_response(resp)
         if self._idle is not None and msg.final:

@@ -133,7 +133,9 @@ class WorkerChannel:
         self._send_lock = threading.Lock()
         self._corked: list[bytes] | None = None
         self._read_lock = threading.Lock()
-        self._buf = bytearray(1 << 16)
+        self._buf = bytearray(1 << 16)  # received bytes; [_pos, _end) not yet decoded
+        self._pos = 0
+        self._end = 0
         self.in_arena: GrowingArena | None = None  # the server writes (requests, BLS replies), we read
         self.out_arena: GrowingArena | None = None  # we allocate, grow and write (responses, BLS requests)
         self.out_alloc: GrowingArena | None = None
@@ -169,22 +171,37 @@ class WorkerChannel:
             if frames:
                 self.sock.sendall(b"".join(frames))
 
-    def _recv_exact(self, n: int) -> memoryview:
-        if len(self._buf) < n:
-            self._buf = bytearray(max(n, 2 * len(self._buf)))
-        view = memoryview(self._buf)[:n]
-        got = 0
-        while got < n:
-            k = self.sock.recv_into(view[got:], n - got)
+    def _fill(self, need: int) -> None:
+        """Read until at least `need` unread bytes are buffered: one recv takes whatever the socket holds (a
+        whole frame, or several pipelined ones), so a frame costs one system call instead of two."""
+        buf, pos, end = self._buf, self._pos, self._end
+        if pos:  # move the unread tail to the front
+            buf[: end - pos] = buf[pos:end]
+            self._pos, end = 0, end - pos
+            self._end = end
+        if len(buf) < need:
+            grown = bytearray(max(need, 2 * len(buf)))
+            grown[:end] = buf[:end]
+            self._buf = buf = grown
+        view = memoryview(buf)
+        while end < need:
+            k = self.sock.recv_into(view[end:])
             if k == 0:
                 raise EOFError("server closed the control socket")
-            got += k
-        return view
+            end += k
+            self._end = end
 
     def recv(self) -> Any:
         """Block for one message (caller holds the read lock)."""
-        (n,) = ipc.HEADER.unpack(self._recv_exact(4))
-        return ipc.decode(self._recv_exact(n))
+        if self._end - self._pos < 4:
+            self._fill(4)
+        (n,) = ipc.HEADER.unpack_from(self._buf, self._pos)
+        if self._end - self._pos < 4 + n:
+            self._fill(4 + n)
+        start = self._pos + 4
+        self._pos = start + n
+        # decoding copies what it keeps (bytes fields), so the buffer can be reused at once
+        return ipc.decode(memoryview(self._buf)[start : start + n])
 
     def read_one(self) -> Any:
         """Read one message as the loop's reader."""

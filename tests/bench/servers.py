@@ -64,13 +64,15 @@ def start_trireme(
     env: dict[str, str] | None = None,
     extra_args: Sequence[str] = (),
     http_port: int = 0,
+    prefix: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """Trireme (`python -m service serve`) on repo, gRPC on 127.0.0.1:port and HTTP on http_port (a free one when
     0), output to log; does not wait.
 
-    `env` adds variables to the server's environment (e.g. TRIREME_STAGE_TRACE)."""
+    `env` adds variables to the server's environment (e.g. TRIREME_STAGE_TRACE); `prefix` goes before the
+    command (e.g. taskset or valgrind)."""
     cmd = [
-        sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
+        *prefix, sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
         "--http-address", "127.0.0.1", "--http-port", str(http_port or free_port()),
         "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
         "--model-repository", str(repo), "--allow-client-shm=true", *extra_args,
@@ -80,11 +82,17 @@ def start_trireme(
 
 
 def start_triton(
-    repo: Path, port: int, log: Path, extra_args: Sequence[str] = (), http_port: int = 0
+    repo: Path,
+    port: int,
+    log: Path,
+    extra_args: Sequence[str] = (),
+    http_port: int = 0,
+    prefix: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """Real Triton 2.51 on repo, gRPC on port, HTTP on http_port (a free one when 0), metrics on another free
-    port, output to log; does not wait."""
+    port, output to log; does not wait. `prefix` goes before the command (e.g. taskset)."""
     cmd = [
+        *prefix,
         str(ANCHORS / "bin" / "tritonserver"),
         f"--model-repository={repo}",
         f"--grpc-port={port}",

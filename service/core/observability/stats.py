@@ -114,19 +114,40 @@ class ModelStats:
         b = self.batch_stats.get(batch_size)
         if b is None:
             b = self.batch_stats[batch_size] = BatchStats()
-        b.compute_input.add(input_ns)
-        b.compute_infer.add(infer_ns)
-        b.compute_output.add(output_ns)
+        # Duration.add written out: this runs once per execution
+        d = b.compute_input
+        d.count += 1
+        d.ns += input_ns
+        d = b.compute_infer
+        d.count += 1
+        d.ns += infer_ns
+        d = b.compute_output
+        d.count += 1
+        d.ns += output_ns
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_request(self, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """Per-request queue and compute durations of a request that was executed."""
-        self.queue.add(queue_ns)
-        self.compute_input.add(input_ns)
-        self.compute_infer.add(infer_ns)
-        self.compute_output.add(output_ns)
-        self.queue_latency.observe(queue_ns)
-        self.compute_latency.observe(input_ns + infer_ns + output_ns)
+        # Duration.add and LatencyHistogram.observe written out: this runs once per request
+        d = self.queue
+        d.count += 1
+        d.ns += queue_ns
+        d = self.compute_input
+        d.count += 1
+        d.ns += input_ns
+        d = self.compute_infer
+        d.count += 1
+        d.ns += infer_ns
+        d = self.compute_output
+        d.count += 1
+        d.ns += output_ns
+        h = self.queue_latency
+        h.counts[bisect_left(_LATENCY_BUCKETS_NS, queue_ns)] += 1
+        h.sum_ns += queue_ns
+        h = self.compute_latency
+        compute_ns = input_ns + infer_ns + output_ns
+        h.counts[bisect_left(_LATENCY_BUCKETS_NS, compute_ns)] += 1
+        h.sum_ns += compute_ns
         if self.summaries is not None:
             observe = self.summaries.observe
             observe("queue", queue_ns)
@@ -137,8 +158,12 @@ class ModelStats:
     def record_end(self, ok: bool, total_ns: int, reason: int = BACKEND) -> None:
         """A request finished (final response), successfully or not (`reason`: a FAILURE_REASONS index)."""
         if ok:
-            self.success.add(total_ns)
-            self.request_latency.observe(total_ns)
+            d = self.success
+            d.count += 1
+            d.ns += total_ns
+            h = self.request_latency
+            h.counts[bisect_left(_LATENCY_BUCKETS_NS, total_ns)] += 1
+            h.sum_ns += total_ns
             if self.summaries is not None:
                 self.summaries.observe("request", total_ns)
         else:

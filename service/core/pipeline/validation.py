@@ -57,7 +57,7 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> None:
                 f"'{spec.datatype}'",
             )
         shape = t.shape
-        if any(d < 0 for d in shape):
+        if shape and min(shape) < 0:
             raise _fail(
                 request,
                 f"input '{t.name}' for model '{model}' has a negative dimension in {_shape_str(shape)}",
@@ -78,18 +78,17 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> None:
                 )
             batch_size = this_batch
             body = shape[1:]
-            expected = [-1, *spec.dims]
         else:
             body = shape
-            expected = list(spec.dims)
-        if len(body) != len(spec.dims) or any(d != -1 and d != s for d, s in zip(spec.dims, body, strict=True)):
+        if not _dims_match(spec.dims, body):
+            expected = [-1, *spec.dims] if sig.max_batch_size > 0 else list(spec.dims)
             raise _fail(
                 request,
                 f"unexpected shape for input '{t.name}' for model '{model}'. Expected {_shape_str(expected)}, "
                 f"got {_shape_str(shape)}",
             )
         _check_byte_size(request, t.name, t.datatype, shape, t.byte_size(), t.data, model)
-    if len(seen) < len(sig.required_inputs) or any(n not in seen for n in sig.required_inputs):
+    if len(seen) < len(sig.required_inputs) or not seen.issuperset(sig.required_inputs):
         missing = [n for n in sig.required_inputs if n not in seen]
         required = len(sig.required_inputs)
         allowed = sum(1 for n in sig.inputs if n not in sig.internal_inputs)
@@ -108,6 +107,16 @@ def validate_request(request: InferRequest, sig: ModelSignature) -> None:
             raise _fail(request, f"output '{o.name}' already exists in request")
         requested.add(o.name)
     request.batch_size = batch_size if sig.max_batch_size > 0 else 1
+
+
+def _dims_match(dims: tuple[int, ...], shape: list[int]) -> bool:
+    """Whether a request's shape (without the batch dim) fits the config's dims (-1: any size)."""
+    if len(dims) != len(shape):
+        return False
+    for d, s in zip(dims, shape, strict=True):  # noqa: SIM110 - a loop: no generator per request
+        if d != s and d != -1:
+            return False
+    return True
 
 
 def _check_byte_size(

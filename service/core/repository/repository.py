@@ -413,7 +413,10 @@ class ModelRepository:
                     f"Request for unknown model: '{name}' version {v} is not at ready state",
                 )
             return mv
-        ready = [mv for mv in entry.versions.values() if mv.state == READY]
-        if not ready:
+        best: ModelVersion | None = None  # the highest READY version (a plain loop: this runs per request)
+        for mv in entry.versions.values():
+            if mv.state == READY and (best is None or mv.version > best.version):
+                best = mv
+        if best is None:
             raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' has no available versions")
-        return max(ready, key=lambda mv: mv.version)
+        return best

@@ -155,7 +155,8 @@ class PythonBackend(Backend):
             future = asyncio.run_coroutine_threadsafe(result, self._loop_running())
             future.add_done_callback(lambda f: self._background_done(f, requests))
             return
-        result = self._run(result)
+        if type(result) is not list:  # a list (the usual answer) is never awaitable: skip the ABC check
+            result = self._run(result)
         if self.decoupled:
             if result is not None:
                 self._fail_all(

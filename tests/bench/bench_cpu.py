@@ -1,0 +1,280 @@
+"""CPU per request, per process: /proc CPU time and callgrind instruction counts, with the transport floor.
+
+Servers (each pinned to CPU 0 with taskset, the client pinned to CPU 1):
+- `echo`: tests/bench/echo_server.py, a bare grpc.aio + uvloop server that echoes INPUT0 (the floor: what
+  grpc.aio itself costs per request, no core, no worker);
+- `trireme`: Trireme with the default worker-process instance;
+- `in_process`, `inline`: Trireme with the in-process instance modes (TRIREME_INSTANCE_MODE);
+- `triton`: real Triton 2.51 (Python backend), /proc CPU only unless --callgrind-triton.
+Model: the unbatched FP32 `[-1]` identity of tests/bench/models.py, 16 floats per request (--shape).
+Client: real perf_analyzer over gRPC sending exactly --requests requests (`--request-count`) at each
+concurrency.
+
+Two phases:
+1. CPU time: every server runs natively; per round (servers in rotating order) and concurrency, /proc utime+stime
+   of the server and of each child (worker, Triton's Python stub) around one perf_analyzer run, divided by the
+   requests sent. Throughput (infer/s) of the same run is printed too (noisy on a shared machine).
+2. Instructions (repeatable on a busy machine): each Trireme server and the echo run under
+   `valgrind --tool=callgrind --instr-atstart=no --trace-children=yes` (workers are traced as their own
+   processes); after start-up and a warm-up, counters are zeroed (`callgrind_control -z`), --cg-requests
+   requests are sent, and every process dumps (`callgrind_control -d`). Instructions per request = Ir / requests,
+   per process. An idle interval of the same length is measured after it and reported as `idle Ir/s` (timers,
+   pollers): it is small against the per-request cost and is not subtracted.
+
+Usage: .venv/bin/python tests/bench/bench_cpu.py [--requests 5000] [--cg-requests 1000] [--concurrency 1 8]
+       [--servers echo trireme in_process inline triton] [--rounds 3] [--no-callgrind] [--callgrind-triton]
+       [--shape 262144] [--shm]   (--shm: system shared memory for inputs and outputs; not for the echo)
+Prints markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.models import MODEL, MODEL_IN_PROCESS, MODEL_INLINE, write_identity  # noqa: E402
+from tests.bench.servers import (  # noqa: E402
+    ANCHORS,
+    free_port,
+    inference_counts,
+    process_tree,
+    start_trireme,
+    start_triton,
+    stop,
+    tree_usage,
+    usage_per_request,
+    wait_port,
+)
+
+SERVER_CPU, CLIENT_CPU = "0", "1"
+ALL = ("echo", "trireme", "in_process", "inline", "triton")
+MODELS = {"echo": MODEL, "trireme": MODEL, "triton": MODEL, "in_process": MODEL_IN_PROCESS, "inline": MODEL_INLINE}
+VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--trace-children=yes", "--vgdb=yes"]
+
+
+def start(kind: str, work: Path, port: int, prefix: list[str]) -> subprocess.Popen[bytes]:
+    """Start one server of `kind` on port (its repository under work), wrapped in prefix; does not wait."""
+    repo = work / f"repo_{kind}"
+    if not repo.exists():
+        mode = {"in_process": "in_process", "inline": "in_process_inline"}.get(kind, False)
+        write_identity(repo, MODELS[kind], in_process=mode)
+    log = work / f"{kind}_{port}.log"
+    if kind == "echo":
+        cmd = [*prefix, sys.executable, str(ROOT / "tests" / "bench" / "echo_server.py"), "--port", str(port)]
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    if kind == "triton":
+        return start_triton(repo, port, log, prefix=prefix)
+    return start_trireme(repo, port, log, prefix=prefix)
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes], model: str, timeout_s: float) -> None:
+    """Wait for the port, then until one inference through perf_analyzer works (the model is loaded)."""
+    wait_port(port, proc, timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pa(port, model, 1, 1, check=False) is not None:
+            return
+        time.sleep(1)
+    raise TimeoutError(f"server on {port} never answered an inference")
+
+
+SHM: list[str] = []  # perf_analyzer flags for --shm (set in main)
+
+
+def pa(port: int, model: str, concurrency: int, requests: int, shape: int = 16, check: bool = True) -> float | None:
+    """Send exactly `requests` requests with perf_analyzer (pinned to CLIENT_CPU); requests per second of wall time
+    around the whole run, perf_analyzer's start included (its own figure is rounded to whole seconds in
+    --request-count mode); None if it failed and not check."""
+    cmd = [
+        "taskset", "-c", CLIENT_CPU, str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", "grpc",
+        "-u", f"127.0.0.1:{port}", "--shape", f"INPUT0:{shape}", "--concurrency-range", f"{concurrency}:{concurrency}",
+        "--request-count", str(requests), *SHM,
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    seconds = time.monotonic() - t0
+    if res.returncode != 0 or "throughput:" not in res.stdout:
+        if check:
+            raise RuntimeError(f"perf_analyzer failed:\n{res.stdout[-1500:]}\n{res.stderr[-1500:]}")
+        return None
+    return requests / seconds
+
+
+def served(kind: str, port: int) -> int:
+    """Requests the server has counted (the echo counts nothing: 0)."""
+    return 0 if kind == "echo" else inference_counts(port, MODELS[kind])[0]
+
+
+def cpu_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], list[dict[str, float]]]:
+    """Phase 1: {(server, c): per-round {"ips", "server", "children"}} from /proc."""
+    ports = {k: free_port() for k in args.servers}
+    procs = {k: start(k, work, ports[k], ["taskset", "-c", SERVER_CPU]) for k in args.servers}
+    out: dict[tuple[str, int], list[dict[str, float]]] = {}
+    try:
+        for k in args.servers:
+            wait_ready(ports[k], procs[k], MODELS[k], 180)
+            warm = max(20, min(1000, (64 << 20) // (4 * args.shape)))  # fewer for large tensors
+            pa(ports[k], MODELS[k], 8, warm, args.shape)  # warm-up
+        names = list(args.servers)
+        for r in range(args.rounds):
+            for c in args.concurrency:
+                for k in names[r % len(names) :] + names[: r % len(names)]:
+                    pid, n0, before = procs[k].pid, served(k, ports[k]), tree_usage(procs[k].pid)
+                    ips = pa(ports[k], MODELS[k], c, args.requests, args.shape)
+                    after, n1 = tree_usage(pid), served(k, ports[k])
+                    if k != "echo" and n1 - n0 != args.requests:
+                        print(f"note: {k} counted {n1 - n0} requests for {args.requests} sent", file=sys.stderr)
+                    usage = usage_per_request(before, after, args.requests, pid)
+                    row = {
+                        "ips": ips or 0.0,
+                        "server": usage["server"]["cpu_us"],
+                        "children": sum(v["cpu_us"] for n, v in usage.items() if n != "server"),
+                        "wakeups": usage["server"]["wakeups"],
+                    }
+                    out.setdefault((k, c), []).append(row)
+                    print(f"round {r} c={c} {k}: {row}", file=sys.stderr, flush=True)
+    finally:
+        stop(procs.values())
+    return out
+
+
+def callgrind(pids: list[int], command: str) -> None:
+    """callgrind_control `command` (e.g. -z, -d, -i on) for each pid (valgrind's pid is the program's pid)."""
+    for pid in pids:
+        subprocess.run(["callgrind_control", *command.split(), str(pid)], capture_output=True, timeout=120)
+
+
+def dumped_ir(work: Path, pid: int) -> int:
+    """Ir of the last dump of pid (callgrind.<pid>.<n> files; the highest n)."""
+    dumps = sorted(work.glob(f"cg.{pid}.*"), key=lambda p: int(p.suffix[1:]))
+    if not dumps:
+        return 0
+    for line in dumps[-1].read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    return 0
+
+
+def measure_ir(work: Path, pids: list[int], send: Callable[[], object]) -> dict[int, int]:
+    """Zero the counters of pids, run send(), dump; Ir by pid."""
+    callgrind(pids, "-z")
+    send()
+    callgrind(pids, "-d")
+    time.sleep(1)
+    return {pid: dumped_ir(work, pid) for pid in pids}
+
+
+def callgrind_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], dict[str, float]]:
+    """Phase 2: {(server, c): {"server", "children", "idle"}} instructions per request (idle: Ir/s)."""
+    out: dict[tuple[str, int], dict[str, float]] = {}
+    kinds = [k for k in args.servers if k != "triton" or args.callgrind_triton]
+    for k in kinds:
+        port = free_port()
+        prefix = ["taskset", "-c", SERVER_CPU, *VALGRIND, f"--callgrind-out-file={work}/cg.%p"]
+        proc = start(k, work, port, prefix)
+        try:
+            wait_ready(port, proc, MODELS[k], 900)
+            pids = process_tree(proc.pid)
+            callgrind(pids, "-i on")
+            pa(port, MODELS[k], 2, 200, args.shape)  # warm-up with instrumentation on
+            for c in args.concurrency:
+                t0 = time.monotonic()
+                ir = measure_ir(work, pids, partial(pa, port, MODELS[k], c, args.cg_requests, args.shape))
+                seconds = time.monotonic() - t0
+                idle_s = min(seconds, 20.0)
+                idle = measure_ir(work, pids, partial(time.sleep, idle_s))
+                idle_rate = sum(idle.values()) / idle_s
+                n = args.cg_requests
+                out[(k, c)] = {
+                    "server": ir[proc.pid] / n,
+                    "children": sum(v for p, v in ir.items() if p != proc.pid) / n,
+                    "idle": idle_rate,
+                    "seconds": seconds,
+                }
+                print(f"callgrind {k} c={c}: {out[(k, c)]}", file=sys.stderr, flush=True)
+        finally:
+            stop([proc], timeout_s=120)
+    return out
+
+
+def main() -> None:
+    """Run the phases and print the tables."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--servers", nargs="+", default=list(ALL), choices=ALL)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--requests", type=int, default=5000, help="requests per /proc measurement")
+    ap.add_argument("--cg-requests", type=int, default=1000, help="requests per callgrind measurement")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--shape", type=int, default=16, help="FP32 elements per request")
+    ap.add_argument("--no-callgrind", action="store_true")
+    ap.add_argument("--no-cpu", action="store_true", help="only the callgrind phase")
+    ap.add_argument("--callgrind-triton", action="store_true", help="also run Triton under callgrind (slow)")
+    ap.add_argument("--shm", action="store_true", help="inputs and outputs through system shared memory")
+    args = ap.parse_args()
+    if args.shm:  # the echo has no shared-memory RPCs
+        args.servers = [k for k in args.servers if k != "echo"]
+        SHM[:] = ["--shared-memory", "system", "--output-shared-memory-size", str(args.shape * 4)]
+    work = Path(tempfile.mkdtemp(prefix="bench_cpu_"))
+    try:
+        cpu = {} if args.no_cpu else cpu_phase(args, work)
+        ir = {} if args.no_callgrind or not shutil.which("valgrind") else callgrind_phase(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report(args, cpu, ir)
+
+
+def report(
+    args: argparse.Namespace,
+    cpu: dict[tuple[str, int], list[dict[str, float]]],
+    ir: dict[tuple[str, int], dict[str, float]],
+) -> None:
+    """Markdown: one row per server and concurrency; ratios to the echo floor (CPU and instructions)."""
+
+    def med(k: str, c: int, field: str) -> float:
+        rows = cpu.get((k, c), [])
+        return statistics.median(r[field] for r in rows) if rows else 0.0
+
+    print(
+        f"\n{args.shape} FP32 per request{' through system shm' if args.shm else ''}; "
+        f"CPU: median of {args.rounds} rounds x {args.requests} requests; "
+        f"instructions: {args.cg_requests} requests under callgrind\n"
+    )
+    print(
+        "| server | c | infer/s | server CPU µs/req | children CPU µs/req | server wake-ups/req "
+        "| server Ir/req | children Ir/req | total Ir ÷ echo | idle Ir/s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for c in args.concurrency:
+        echo_ir = ir.get(("echo", c), {}).get("server", 0.0)
+        for k in args.servers:
+            g = ir.get((k, c))
+            total = (g["server"] + g["children"]) if g else 0.0
+            ratio = f"{total / echo_ir:.2f}" if g and echo_ir else "-"
+            cells = [
+                k,
+                str(c),
+                f"{med(k, c, 'ips'):.0f}" if cpu else "-",
+                f"{med(k, c, 'server'):.0f}" if cpu else "-",
+                f"{med(k, c, 'children'):.0f}" if cpu else "-",
+                f"{med(k, c, 'wakeups'):.1f}" if cpu else "-",
+                f"{g['server'] / 1e3:.0f}k" if g else "-",
+                f"{g['children'] / 1e3:.0f}k" if g else "-",
+                ratio,
+                f"{g['idle'] / 1e3:.0f}k" if g else "-",
+            ]
+            print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The worker's buffered frame reader: frames split across reads, several frames in one read, frames larger than
+the buffer, and EOF."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from service.ipc import frames as ipc
+from service.worker.channel import WorkerChannel
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, WorkerChannel]]:
+    """(the server's end, a WorkerChannel on the worker's end); both closed afterwards."""
+    server, worker = socket.socketpair()
+    yield server, WorkerChannel(worker)
+    server.close()
+    worker.close()
+
+
+def test_several_frames_in_one_write_are_read_one_by_one(pair: tuple[socket.socket, WorkerChannel]) -> None:
+    server, channel = pair
+    server.sendall(ipc.encode(ipc.Release([1])) + ipc.encode(ipc.Cancel([2, 3])) + ipc.encode(ipc.Shutdown()))
+    assert channel.read_one() == ipc.Release([1])
+    assert channel.read_one() == ipc.Cancel([2, 3])
+    assert isinstance(channel.read_one(), ipc.Shutdown)
+
+
+def test_a_frame_split_across_writes_and_one_larger_than_the_buffer(pair: tuple[socket.socket, WorkerChannel]) -> None:
+    server, channel = pair
+    big = ipc.Execute(7, [ipc.RequestMsg(1, "r", [ipc.TensorMsg("IN", "UINT8", [200_000], data=bytes(200_000))], [])])
+    frame = ipc.encode(ipc.Release([5])) + ipc.encode(big)
+
+    def dribble() -> None:  # header bytes, then the rest in uneven pieces
+        for i in range(0, len(frame), 3 if len(frame) < 10 else 70_001):
+            server.sendall(frame[i : i + 70_001])
+
+    writer = threading.Thread(target=dribble)
+    writer.start()
+    assert channel.read_one() == ipc.Release([5])
+    got = channel.read_one()
+    writer.join()
+    assert got.batch_id == 7 and got.requests[0].inputs[0].data == bytes(200_000)
+
+
+def test_eof_raises(pair: tuple[socket.socket, WorkerChannel]) -> None:
+    server, channel = pair
+    server.sendall(ipc.encode(ipc.Release([1]))[:3])
+    server.close()
+    with pytest.raises(EOFError):
+        channel.read_one()
