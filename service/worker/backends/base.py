@@ -282,6 +282,10 @@ def default_thread_count(config: dict[str, Any]) -> int:
     return max(1, cores // instance_count(config))
 
 
+# Triton's --backend-config=default-max-batch-size default: what auto-complete gives a batching model
+DEFAULT_MAX_BATCH_SIZE = 4
+
+
 def visible_gpu_count() -> int:
     """NVIDIA GPUs this process may use (driver's device list, limited by CUDA_VISIBLE_DEVICES); no CUDA import."""
     try:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from service.worker.backends.base import (
+    DEFAULT_MAX_BATCH_SIZE,
     BackendContext,
     BackendError,
     BatchingBackend,
@@ -19,8 +20,6 @@ from service.worker.backends.base import (
 
 log = logging.getLogger("trireme.worker.onnxruntime")
 
-# Triton's --backend-config=default-max-batch-size default: what auto-complete gives a batching model
-DEFAULT_MAX_BATCH_SIZE = 4
 
 # onnxruntime's type strings -> config data types
 ORT_TYPES: dict[str, str] = {

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from service.worker.backends.base import (
+    DEFAULT_MAX_BATCH_SIZE,
     BackendContext,
     BackendError,
     BatchingBackend,
@@ -23,9 +24,6 @@ from service.worker.backends.base import (
     config_parameter,
     default_thread_count,
 )
-
-# Triton's --backend-config=default-max-batch-size default: what auto-complete gives a batching model
-DEFAULT_MAX_BATCH_SIZE = 4
 
 # OpenVINO element type names -> config data types
 OV_TYPES: dict[str, str] = {

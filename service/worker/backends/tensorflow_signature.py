@@ -9,7 +9,7 @@ import logging
 import os
 from typing import Any
 
-from service.worker.backends.base import BackendError
+from service.worker.backends.base import DEFAULT_MAX_BATCH_SIZE, BackendError
 
 log = logging.getLogger("trireme.worker.tensorflow")
 
@@ -17,7 +17,6 @@ DEFAULT_SIGNATURE = "serving_default"
 DEFAULT_TAG = "serve"
 SPECIAL_SIGNATURES = ("__saved_model_init_op", "__saved_model_train_op")
 # Triton's --backend-config=tensorflow,default-max-batch-size default: what auto-complete gives a batching model
-DEFAULT_MAX_BATCH_SIZE = 4
 # tf.DType.name -> config data type (the types Triton's TensorFlow backend moves)
 TF_TYPES: dict[str, str] = {
     "bool": "TYPE_BOOL",
