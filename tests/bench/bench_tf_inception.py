@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from tests.bench.servers import free_port, inference_counts, perf_analyzer, process_tree, start_trireme, stop  # noqa: E402
 
 OUTPUT = "InceptionV3/Predictions/Softmax"
+CONCURRENCY = "plain=1.2.3.4.8,batched=1.2.4.8,batched_two=16,default=1.2.4"  # per step; --concurrency overrides
 STEPS: dict[str, tuple[str, dict[str, str]]] = {
     "plain": ("", {}),
     "batched": ("dynamic_batching { }\n", {}),
@@ -193,16 +194,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", default="plain,batched,two,xla0,xla1")
     ap.add_argument("--graphdef", type=Path, help="an existing inception model.graphdef (else one is built)")
-    ap.add_argument(
-        "--concurrency", default="plain=1.2.3.4.8,batched=1.2.4.8,batched_two=16,default=1.2.4", help="step=c1.c2..."
-    )
+    ap.add_argument("--concurrency", default="", help="step=c1.c2,... (over the defaults per step)")
     ap.add_argument("--stability", default="-p 5000 -s 20 -r 10")
     ap.add_argument("--no-ceiling", action="store_true")
     ap.add_argument("--onnx", type=Path, help="the model as ONNX (tf2onnx), for the steps onnx and onnx_openvino")
     ap.add_argument("--overhead", type=int, default=0, metavar="ROUNDS", help="only measure the per-request overhead")
     args = ap.parse_args()
     attempts = [args.stability.split(), ["-p", "5000", "-s", "50", "-r", "6"], ["-p", "5000", "-s", "1000", "-r", "3"]]
-    ranges = dict(item.split("=") for item in args.concurrency.split(","))
+    given = [item.split("=") for item in args.concurrency.split(",") if item]
+    ranges = dict(item.split("=") for item in CONCURRENCY.split(",")) | dict(given)
     with tempfile.TemporaryDirectory(prefix="bench-tf-") as tmp:
         work = Path(tmp)
         graphdef = args.graphdef
