@@ -9,26 +9,17 @@ from dataclasses import dataclass, field
 
 from service.config.access import GrpcSettings, RestrictedApi, add_security_flags, check_restricted, grpc_settings
 from service.config.cli_checks import add_cli_flags, reject_unknown
+from service.config.endpoint_flags import add_http_flags, add_metrics_flags, add_placement_flags
 from service.config.host_policy import HostPolicy, parse_host_policies
+from service.config.ignored_flags import add_ignored_flags
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
 from service.config.tls import TlsSettings, tls_settings
+from service.config.values import parse_bool
 
 log = logging.getLogger("trireme.config")
 
 # service/example_models (this file is service/config/flags.py)
 EXAMPLE_REPOSITORY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "example_models")
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-def parse_bool(text: str) -> bool:
-    """Triton-style boolean flag value."""
-    value = text.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got '{text}'")
 
 
 def parse_cache_config(entries: list[str]) -> int | None:
@@ -97,44 +88,6 @@ class ServerConfig:
 
     backend_directory: str = ""  # --backend-directory: Python-based backends, DIR/<name>/model.py
     host_policies: dict[str, HostPolicy] = field(default_factory=dict)  # --host-policy, by name
-
-
-# Triton flags that Trireme accepts and ignores, with Triton's meaning (shown by --help). Implementing one for
-# real? Add it to build_parser and delete its entry here (a real flag of the same name already wins).
-IGNORED_TRITON_FLAGS: dict[str, str] = {
-    "--allow-grpc": "serve the gRPC endpoint (Trireme always does)",
-    "--reuse-grpc-port": "let several servers share the gRPC port",
-    "--grpc-header-forward-pattern": "gRPC headers forwarded to backends as request parameters",
-    "--grpc-infer-allocation-pool-size": "gRPC inference request objects kept for reuse",
-    "--grpc-infer-response-compression-level": "compression of gRPC inference responses",
-    "--allow-sagemaker": "serve the SageMaker endpoint",
-    "--sagemaker-port": "port of the SageMaker endpoint",
-    "--sagemaker-safe-port-range": "port range of SageMaker multi-model mode",
-    "--sagemaker-thread-count": "threads of the SageMaker endpoint",
-    "--allow-vertex-ai": "serve the Vertex AI endpoint",
-    "--vertex-ai-port": "port of the Vertex AI endpoint",
-    "--vertex-ai-thread-count": "threads of the Vertex AI endpoint",
-    "--vertex-ai-default-model": "model that Vertex AI requests go to",
-    "--model-load-thread-count": "threads that load models",
-    "--model-load-retry-count": "retries of a failed model load",
-    "--model-namespacing": "models of the same name in different repositories",
-    "--model-load-gpu-limit": "GPU memory share at which model loading stops",
-    "--enable-peer-access": "CUDA peer access between GPUs",
-    "--pinned-memory-pool-byte-size": "size of the pinned host memory pool",
-    "--cuda-memory-pool-byte-size": "size of a GPU's CUDA memory pool (gpu:bytes)",
-    "--cuda-virtual-address-size": "CUDA virtual address space per GPU",
-    "--min-supported-compute-capability": "oldest CUDA compute capability used",
-    "--buffer-manager-thread-count": "threads that copy input/output buffers",
-    "--rate-limit": "rate limiter mode (off, execution_count)",
-    "--rate-limit-resource": "a resource of the rate limiter (name:count:device)",
-    "--cache-directory": "directory of cache implementations",
-    "--repoagent-directory": "directory of repository agents",
-    "--log-info": "log INFO messages (Trireme: always on)",
-    "--log-warning": "log WARNING messages (Trireme: always on)",
-    "--log-error": "log ERROR messages (Trireme: always on)",
-    "--log-format": "log line format (default, ISO8601)",
-    "--log-file": "file the log is written to",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -267,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="older Triton spelling of --cache-config local,size=BYTES (off)",
     )
     add_security_flags(p)
-    _add_http(p)
+    add_http_flags(p)
     p.add_argument(
         "--trace-config",
         action="append",
@@ -292,151 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
             metavar=what,
             help=f"older Triton spelling of --trace-config {key}={what}",
         )
-    _add_metrics(p)
-    _add_placement(p)
+    add_metrics_flags(p)
+    add_placement_flags(p)
     add_openai_flags(p)
     add_cli_flags(p)
-    _add_ignored(p)
+    add_ignored_flags(p)
     return p
-
-
-def _add_http(p: argparse.ArgumentParser) -> None:
-    """The HTTP/REST endpoint's flags (Triton's names)."""
-    p.add_argument(
-        "--allow-http", type=parse_bool, default=True, metavar="BOOL", help="serve the HTTP/REST endpoint (true)"
-    )
-    p.add_argument(
-        "--http-port", type=int, default=8000, metavar="PORT", help="port of the HTTP/REST endpoint; 0 picks one (8000)"
-    )
-    p.add_argument(
-        "--http-address", default="0.0.0.0", metavar="ADDR", help="address the HTTP endpoint binds to (0.0.0.0)"
-    )
-    p.add_argument(
-        "--http-thread-count",
-        type=int,
-        default=8,
-        metavar="N",
-        help="accepted for Triton compatibility; Trireme serves HTTP on its single event loop",
-    )
-    p.add_argument(
-        "--http-max-input-size",
-        type=int,
-        default=64 << 20,
-        metavar="BYTES",
-        help="largest HTTP request body accepted, after decompression (67108864 = 64 MiB)",
-    )
-    p.add_argument(
-        "--http-header-forward-pattern",
-        default="",
-        metavar="REGEX",
-        help="HTTP headers whose name matches are passed to the model as string request parameters (none)",
-    )
-    p.add_argument(
-        "--reuse-http-port",
-        type=parse_bool,
-        default=False,
-        metavar="BOOL",
-        help="bind the HTTP port with SO_REUSEPORT so several servers can share it (false)",
-    )
-
-
-def _add_metrics(p: argparse.ArgumentParser) -> None:
-    """The Prometheus metrics endpoint's flags (Triton's names; docs/metrics.md)."""
-    p.add_argument(
-        "--allow-metrics", type=parse_bool, default=True, metavar="BOOL", help="serve Prometheus metrics (true)"
-    )
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=8002,
-        metavar="PORT",
-        help="port of the metrics endpoint; 0 picks one (8002)",
-    )
-    p.add_argument(
-        "--metrics-address",
-        default="",
-        metavar="ADDR",
-        help="address the metrics endpoint binds to (the --http-address)",
-    )
-    p.add_argument(
-        "--metrics-interval-ms",
-        type=int,
-        default=2000,
-        metavar="MS",
-        help="how often CPU and GPU gauges are sampled (2000)",
-    )
-    p.add_argument(
-        "--metrics-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="metrics setting, repeatable: counter_latencies, summary_latencies, summary_quantiles, "
-        "histogram_latencies (Triton's keys), trireme_histograms",
-    )
-    p.add_argument(
-        "--allow-cpu-metrics",
-        type=parse_bool,
-        default=True,
-        metavar="BOOL",
-        help="report CPU utilisation and memory (true)",
-    )
-    p.add_argument(
-        "--allow-gpu-metrics",
-        type=parse_bool,
-        default=True,
-        metavar="BOOL",
-        help="report GPU gauges when a GPU is visible (true)",
-    )
-
-
-def _add_placement(p: argparse.ArgumentParser) -> None:
-    """Where model code comes from and where it runs: custom backends and host policies (Triton's names)."""
-    p.add_argument(
-        "--backend-directory",
-        default="",
-        metavar="DIR",
-        help="Python-based backends: DIR/<name>/model.py (a TritonPythonModel) serves every model whose config "
-        'says backend: "<name>"; built-in backends need nothing here (none)',
-    )
-    p.add_argument(
-        "--host-policy",
-        action="append",
-        default=[],
-        metavar="<name>,<setting>=<value>",
-        help="pins instances whose instance_group names host_policy <name> (default names: cpu, gpu_<id>, "
-        "model): numa-node=<id> binds their memory (and cores) to that NUMA node, cpu-cores=<list> (0-3,8) their "
-        "threads to those cores; repeatable (none)",
-    )
-
-
-def _add_ignored(p: argparse.ArgumentParser) -> None:
-    """Register the ignored Triton flags that no real flag has taken (a real flag always wins)."""
-    group = p.add_argument_group("accepted but ignored Triton flags")
-    for flag, meaning in IGNORED_TRITON_FLAGS.items():
-        if flag in p._option_string_actions:  # another engineer made it a real flag: theirs wins
-            continue
-        group.add_argument(
-            flag,
-            action=_Ignored,
-            nargs="?",
-            metavar="VALUE",
-            help=f"Triton: {meaning}; accepted and ignored",
-        )
-
-
-class _Ignored(argparse.Action):
-    """Records `--flag value` / `--flag=value` / bare `--flag` so parse_args can warn once per flag."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: object,
-        option_string: str | None = None,
-    ) -> None:
-        ignored = list(getattr(namespace, "ignored_flags", None) or [])
-        ignored.append(f"{option_string}={values}" if values is not None else str(option_string))
-        namespace.ignored_flags = ignored
 
 
 def parse_args(argv: list[str]) -> ServerConfig:

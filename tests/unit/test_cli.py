@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from service import TRIREME_VERSION, TRITON_VERSION, version_text
-from service.config.flags import IGNORED_TRITON_FLAGS, build_parser, parse_args
+from service.config.flags import build_parser, parse_args
+from service.config.ignored_flags import IGNORED_TRITON_FLAGS
 from service.examples import missing_example_lines
 
 ROOT = Path(__file__).resolve().parents[2]
