@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from service.worker.backends.base import visible_gpu_count
+from service.ipc.devices import visible_gpu_count
 from tests.conftest import add_sub_onnx_model, copy_example
 
 PLAN_CONFIG = """\

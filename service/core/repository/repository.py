@@ -43,7 +43,7 @@ from service.core.scheduling.ensemble_graph import step_model_names
 from service.core.scheduling.scheduler import Scheduler
 from service.errors import ErrorCode, ServiceError
 from service.instances.pool import InstancePool
-from service.worker.backends.base import visible_gpu_count
+from service.ipc.devices import visible_gpu_count
 
 log = logging.getLogger("trireme.repository")
 

@@ -286,19 +286,6 @@ def default_thread_count(config: dict[str, Any]) -> int:
 DEFAULT_MAX_BATCH_SIZE = 4
 
 
-def visible_gpu_count() -> int:
-    """NVIDIA GPUs this process may use (driver's device list, limited by CUDA_VISIBLE_DEVICES); no CUDA import."""
-    try:
-        count = len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        ids = [v for v in visible.split(",") if v.strip() and not v.strip().startswith("-")]
-        count = min(count, len(ids))
-    return count
-
-
 # The built-in backends, the one list of them (docs/backends.md points here): backend name -> "module:Class",
 # imported lazily so a worker only imports its own framework. Any other name is looked up as a Python-based
 # backend, DIR/<name>/model.py under --backend-directory, and runs on the python backend.

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from service.ipc.devices import visible_gpu_count
 from service.worker.backends.base import (
     BackendContext,
     BackendError,
     BatchingBackend,
     check_tensor,
-    visible_gpu_count,
 )
 
 log = logging.getLogger("trireme.worker.tensorrt")
