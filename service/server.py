@@ -32,6 +32,7 @@ from service.frontend.http.server import HttpFrontend, HttpOptions
 from service.frontend.metrics import Collector, MetricsService
 from service.frontend.openai.server import OpenAIFrontend
 from service.ipc.arena import SEGMENT_PREFIX
+from service.remote.supervisor import Frontends, frontend_count
 from shm.registry import SharedMemoryRegistry
 
 log = logging.getLogger("trireme.server")
@@ -128,6 +129,7 @@ class Server:
         self.poller: RepositoryPoller | None = None
         self.metrics: MetricsService | None = None
         self.metrics_address = ""
+        self.frontends: Frontends | None = None  # --frontend-processes N >= 2
         self._stop = asyncio.Event()
 
     async def start(self) -> bool:
@@ -173,11 +175,16 @@ class Server:
             return False
         if self.config.allow_metrics:  # listening before the gRPC banner: whoever waits for it can scrape
             await self._start_metrics()
-        self.grpc_server, self.grpc_port = build_grpc_server(
-            self.engine, f"{self.config.grpc_address}:{self.config.grpc_port}", self.config.grpc
-        )
-        await self.grpc_server.start()
-        http_port = await self._start_http()
+        if frontend_count(self.config) > 1:  # the front ends run in their own processes over this core
+            self.frontends = Frontends(self.config, self.engine, self.config.argv)
+            await self.frontends.start()
+            self.grpc_port, http_port = self.frontends.grpc_port, self.frontends.http_port
+        else:
+            self.grpc_server, self.grpc_port = build_grpc_server(
+                self.engine, f"{self.config.grpc_address}:{self.config.grpc_port}", self.config.grpc
+            )
+            await self.grpc_server.start()
+            http_port = await self._start_http()
         openai_port = await self._start_openai()
         if self.config.model_control_mode == "poll":
             if self.config.repository_poll_secs > 0:
@@ -186,7 +193,7 @@ class Server:
             else:
                 log.warning("--repository-poll-secs is 0: the model repository is not polled")
         print(f"Started GRPCInferenceService at {self.config.grpc_address}:{self.grpc_port}", flush=True)
-        if self.http is not None:
+        if http_port:
             print(f"Started HTTPService at {self.config.http_address}:{http_port}", flush=True)
         if self.openai is not None:
             print(f"Started OpenAI-compatible API at {self.config.openai.address}:{openai_port}", flush=True)
@@ -272,6 +279,8 @@ class Server:
         if self.poller is not None:
             await self.poller.stop()
         stopping = []
+        if self.frontends is not None:
+            stopping.append(self.frontends.stop())
         if self.grpc_server is not None:
             stopping.append(self.grpc_server.stop(grace=self.config.exit_timeout_secs))
         if self.http is not None:

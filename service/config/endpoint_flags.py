@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from service.config.values import parse_bool
 
@@ -113,4 +114,32 @@ def add_placement_flags(p: argparse.ArgumentParser) -> None:
         help="pins instances whose instance_group names host_policy <name> (default names: cpu, gpu_<id>, "
         "model): numa-node=<id> binds their memory (and cores) to that NUMA node, cpu-cores=<list> (0-3,8) their "
         "threads to those cores; repeatable (none)",
+    )
+
+
+def default_frontend_processes() -> int:
+    """--frontend-processes when not given: $TRIREME_FRONTEND_PROCESSES, else 1 on a machine with 2 usable cores
+    or fewer (a second front end has no core of its own there: measured slower, docs/benchmarks.md), else half
+    the usable cores (the core process, the model instances and the clients need the rest), at most 8."""
+    env = os.environ.get("TRIREME_FRONTEND_PROCESSES", "")
+    if env.strip().isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return 1 if cores <= 2 else min(8, cores // 2)
+
+
+def add_frontend_flags(p: argparse.ArgumentParser) -> None:
+    """How many processes serve the gRPC and HTTP ports (docs/architecture.md, "Using more cores")."""
+    p.add_argument(
+        "--frontend-processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Trireme only: N >= 2 runs N front-end processes sharing the gRPC and HTTP ports (SO_REUSEPORT) over "
+        "one core process that keeps the models, schedulers, statistics and shared-memory registry; 1 serves "
+        "everything from one process (default: $TRIREME_FRONTEND_PROCESSES, else 1 with <= 2 cores, else "
+        "half the cores, at most 8)",
     )

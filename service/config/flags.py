@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 
 from service.config.access import GrpcSettings, RestrictedApi, add_security_flags, check_restricted, grpc_settings
 from service.config.cli_checks import add_cli_flags, reject_unknown
-from service.config.endpoint_flags import add_http_flags, add_metrics_flags, add_placement_flags
+from service.config.endpoint_flags import (
+    add_frontend_flags,
+    add_http_flags,
+    add_metrics_flags,
+    add_placement_flags,
+    default_frontend_processes,
+)
 from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.ignored_flags import add_ignored_flags
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
@@ -88,6 +94,8 @@ class ServerConfig:
 
     backend_directory: str = ""  # --backend-directory: Python-based backends, DIR/<name>/model.py
     host_policies: dict[str, HostPolicy] = field(default_factory=dict)  # --host-policy, by name
+    frontend_processes: int = 1  # --frontend-processes: N >= 2 front-end processes over one core process
+    argv: list[str] = field(default_factory=list)  # the flags as given (front-end processes parse the same)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
     add_metrics_flags(p)
     add_placement_flags(p)
+    add_frontend_flags(p)
     add_openai_flags(p)
     add_cli_flags(p)
     add_ignored_flags(p)
@@ -348,6 +357,11 @@ def parse_args(argv: list[str]) -> ServerConfig:
             memory = " (this machine reports no NUMA nodes: memory is not bound)"
         cores = ",".join(map(str, policy.cores())) or "any"
         log.info("host policy '%s': cores %s%s", policy.name, cores, memory)
+    n = args.frontend_processes if args.frontend_processes is not None else default_frontend_processes()
+    if n < 1:
+        parser.error(f"--frontend-processes must be 1 or more, got {n}")
+    config.frontend_processes = n
+    config.argv = list(argv)
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True

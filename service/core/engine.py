@@ -303,13 +303,6 @@ class Engine:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Run one request to completion (non-decoupled models)."""
-        mv = self.prepare(request)
-        if mv.decoupled:
-            raise ServiceError(
-                ErrorCode.UNSUPPORTED,
-                "ModelInfer RPC doesn't support models with decoupled transaction policy",
-            )
-        request.single_response = True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferResponse] = loop.create_future()
 
@@ -317,7 +310,7 @@ class Engine:
             if response.final and not future.done():
                 future.set_result(response)
 
-        self._enqueue(mv, request, on_response)
+        mv = self.start_single(request, on_response)
         assert mv.scheduler is not None
         if request.stamps is not None:
             request.stamps.append(("enqueued", time.monotonic_ns()))
@@ -327,6 +320,18 @@ class Engine:
             request.cancelled = True
             mv.scheduler.cancel(request)
             raise
+
+    def start_single(self, request: InferRequest, on_response: ResponseCallback) -> ModelVersion:
+        """Start a ModelInfer request (answered once, through on_response); decoupled models are refused."""
+        mv = self.prepare(request)
+        if mv.decoupled:
+            raise ServiceError(
+                ErrorCode.UNSUPPORTED,
+                "ModelInfer RPC doesn't support models with decoupled transaction policy",
+            )
+        request.single_response = True
+        self._enqueue(mv, request, on_response)
+        return mv
 
     def trace_setting(self, model_name: str = "", updates: dict[str, list[str] | None] | None = None) -> dict:
         """Get (and with `updates`, change) the global or a model's trace settings (trace extension)."""

@@ -316,12 +316,15 @@ def server_credentials(settings: GrpcSettings) -> grpc.ServerCredentials | None:
 
 
 def build_grpc_server(
-    engine: Engine, address: str, settings: GrpcSettings | None = None
+    engine: Engine, address: str, settings: GrpcSettings | None = None, reuse_port: bool = False
 ) -> tuple[grpc.aio.Server, int]:
-    """A grpc.aio server bound to `address` (host:port; port 0 picks one). Returns (server, bound port)."""
+    """A grpc.aio server bound to `address` (host:port; port 0 picks one). Returns (server, bound port).
+    `reuse_port`: share the port with the other front-end processes (SO_REUSEPORT)."""
     settings = settings or GrpcSettings()
     credentials = server_credentials(settings)
-    server = grpc.aio.server(options=[*SERVER_OPTIONS, *settings.channel_args.items()])
+    options = [(k, 1 if reuse_port and k == "grpc.so_reuseport" else v) for k, v in SERVER_OPTIONS]
+    options += settings.channel_args.items()
+    server = grpc.aio.server(options=options)
     factory = HandlerFactory(settings.restricted)
     servicer = InferenceServicer(engine, factory, settings.stream_buffer_bytes)
     add_service(server, INFERENCE_SERVICE, inference_handlers(servicer, factory))

@@ -1,0 +1,86 @@
+"""A front-end process (`python -m service.remote.frontend_main SOCKET ID GRPC_PORT HTTP_PORT -- SERVER_FLAGS`):
+the gRPC and HTTP front ends on ports shared with the other front-end processes (SO_REUSEPORT), over a
+RemoteEngine connected to the core process that started it. It exits when the core tells it to drain (after its
+in-flight calls finish, up to --exit-timeout-secs) or at once when the core's connection closes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import cast
+
+import uvloop
+
+from service.config.flags import ServerConfig, parse_args
+from service.config.tls import ssl_context
+from service.core.engine import Engine
+from service.frontend.grpc.server import build_grpc_server
+from service.frontend.http.server import HttpFrontend, HttpOptions
+from service.remote.client import RemoteEngine
+
+log = logging.getLogger("trireme.frontend")
+
+
+async def serve_frontend(path: str, frontend_id: int, grpc_port: int, http_port: int, config: ServerConfig) -> int:
+    """Listen, serve until drained or orphaned; returns the exit status."""
+    remote = RemoteEngine(path, frontend_id, config.model_control_mode, config.allow_client_shm)
+    stop = asyncio.Event()
+    lost = False
+
+    def core_lost() -> None:
+        nonlocal lost
+        lost = True
+        stop.set()
+
+    remote.on_drain = stop.set
+    remote.on_core_lost = core_lost
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the core, which drains every front end
+    await remote.connect()
+    engine = cast(Engine, remote)  # the same façade surface (service/remote/client.py)
+    grpc_server, _ = build_grpc_server(engine, f"{config.grpc_address}:{grpc_port}", config.grpc, reuse_port=True)
+    await grpc_server.start()
+    http: HttpFrontend | None = None
+    if config.allow_http:
+        options = HttpOptions(
+            address=config.http_address,
+            port=http_port,
+            max_input_size=config.http_max_input_size,
+            header_forward_pattern=config.http_header_forward_pattern,
+            reuse_port=True,
+            shutdown_timeout_s=config.exit_timeout_secs,
+            restricted=list(config.http_restricted),
+            ssl_context=ssl_context(config.http_tls),
+        )
+        http = HttpFrontend(engine, options)
+        await http.start()
+    remote.hello()
+    await stop.wait()
+    grace = 0 if lost else config.exit_timeout_secs
+    stopping = [grpc_server.stop(grace=grace)]
+    if http is not None:
+        stopping.append(http.stop())
+    await asyncio.gather(*stopping)
+    return 0
+
+
+def main() -> None:
+    path, frontend_id, grpc_port, http_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("trireme.config").setLevel(logging.ERROR)  # the core already warned about its flags
+    config = parse_args(sys.argv[6:])
+    uvloop.install()
+    try:
+        code = asyncio.run(serve_frontend(path, frontend_id, grpc_port, http_port, config))
+    except (ConnectionError, OSError) as e:
+        log.error("front end %d (pid %d) stops: %s", frontend_id, os.getpid(), e)
+        code = 1
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

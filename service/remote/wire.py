@@ -1,0 +1,141 @@
+"""What travels between a front-end process and the core process: length-prefixed pickle frames of plain tuples.
+
+Both ends are processes of one server started from the same interpreter and code, over a private Unix socket, so
+pickle is safe here and is the fastest codec CPython has for tuples of bytes and ints (measured against
+msgspec-msgpack for these tuples: on par; msgpack would need converters for every admin result type).
+Requests and responses are flattened to tuples (no callbacks, no per-request bookkeeping); tensor bytes travel
+inline, client shared-memory inputs and outputs as their region references (resolved by the core's registry).
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any
+
+from service.errors import ErrorCode, ServiceError
+from service.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
+from shm.errors import ShmError
+
+HEADER = struct.Struct("<I")
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+def frame(message: Any) -> bytes:
+    """One frame: 4-byte little-endian length, then the pickled message."""
+    body = pickle.dumps(message, PROTOCOL)
+    return HEADER.pack(len(body)) + body
+
+
+class FrameBuffer:
+    """Splits a byte stream into messages (feed() returns the complete ones)."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        buf = self.buf
+        buf += data
+        out = []
+        pos, end = 0, len(buf)
+        while end - pos >= 4:
+            (n,) = HEADER.unpack_from(buf, pos)
+            if end - pos - 4 < n:
+                break
+            out.append(pickle.loads(memoryview(buf)[pos + 4 : pos + 4 + n]))
+            pos += 4 + n
+        if pos:
+            del buf[:pos]
+        return out
+
+
+def _bytes(data: Any) -> bytes | None:
+    return None if data is None else bytes(data)
+
+
+def pack_request(r: InferRequest) -> tuple:
+    """The fields of a request the core needs (not its callbacks, trace or scheduler bookkeeping)."""
+    return (
+        r.model_name,
+        r.model_version,
+        r.id,
+        [(i.name, i.datatype, i.shape, _bytes(i.data), i.shm) for i in r.inputs],
+        [(o.name, o.shm, o.classification) for o in r.outputs],
+        r.parameters,
+        r.sequence_id,
+        r.flags,
+        r.priority,
+        r.timeout_us,
+        r.enable_empty_final,
+        r.stamps is not None,
+    )
+
+
+def unpack_request(t: tuple) -> InferRequest:
+    """pack_request's inverse."""
+    name, version, rid, inputs, outputs, params, seq, flags, prio, timeout, empty_final, stamped = t
+    return InferRequest(
+        name,
+        version,
+        rid,
+        [InputTensor(n, d, s, data, shm) for n, d, s, data, shm in inputs],
+        [RequestedOutput(n, shm, c) for n, shm, c in outputs],
+        params,
+        seq,
+        flags,
+        prio,
+        timeout,
+        empty_final,
+        stamps=[] if stamped else None,
+    )
+
+
+def pack_response(r: InferResponse) -> tuple:
+    """A response as a tuple; output bytes copied out of the worker's arena (the arena is not the front end's)."""
+    err = None if r.error is None else pack_error(r.error)
+    outputs = [(o.name, o.datatype, o.shape, _bytes(o.data)) for o in r.outputs]
+    return (r.model_name, r.model_version, r.id, outputs, r.parameters, err, r.final, r.null, r.model_error)
+
+
+def unpack_response(t: tuple) -> InferResponse:
+    """pack_response's inverse."""
+    name, version, rid, outputs, params, err, final, null, model_error = t
+    return InferResponse(
+        name,
+        version,
+        rid,
+        [OutputTensor(n, d, s, data) for n, d, s, data in outputs],
+        params,
+        None if err is None else _service_error(err),
+        final,
+        null,
+        model_error,
+    )
+
+
+def _service_error(t: tuple) -> ServiceError:
+    e = unpack_error(t)
+    return e if isinstance(e, ServiceError) else ServiceError(ErrorCode.INTERNAL, str(e))
+
+
+def pack_error(e: BaseException) -> tuple:
+    """An exception as (kind, code, message): the front end raises the same type with the same code and text."""
+    if isinstance(e, ServiceError):
+        return ("service", int(e.code), e.message)
+    if isinstance(e, ShmError):
+        return ("shm", e.code, e.message)
+    if isinstance(e, ValueError):
+        return ("value", 0, str(e))
+    return ("service", int(ErrorCode.INTERNAL), str(e) or type(e).__name__)
+
+
+def unpack_error(t: tuple) -> Exception:
+    """pack_error's inverse."""
+    kind, code, message = t
+    if kind == "shm":
+        return ShmError(code, message)
+    if kind == "value":
+        return ValueError(message)
+    return ServiceError(ErrorCode(code), message)
