@@ -1,4 +1,5 @@
-"""A front-end process (`python -m service.remote.frontend_main SOCKET ID GRPC_PORT HTTP_PORT -- SERVER_FLAGS`):
+"""A front-end process (`python -m service.remote.frontend_main NAME ID GRPC_PORT HTTP_PORT -- SERVER_FLAGS`, NAME
+the core's abstract Unix socket name):
 the gRPC and HTTP front ends on ports shared with the other front-end processes (SO_REUSEPORT), over a
 RemoteEngine connected to the core process that started it. It exits when the core tells it to drain (after its
 in-flight calls finish, up to --exit-timeout-secs) or at once when the core's connection closes."""
@@ -69,7 +70,8 @@ async def serve_frontend(path: str, frontend_id: int, grpc_port: int, http_port:
 
 
 def main() -> None:
-    path, frontend_id, grpc_port, http_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    path, frontend_id = "\0" + sys.argv[1], int(sys.argv[2])
+    grpc_port, http_port = int(sys.argv[3]), int(sys.argv[4])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("trireme.config").setLevel(logging.ERROR)  # the core already warned about its flags
     config = parse_args(sys.argv[6:])

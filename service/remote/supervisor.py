@@ -8,9 +8,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import socket
 import sys
-import tempfile
 
 from service.config.flags import ServerConfig
 from service.core.engine import Engine
@@ -52,8 +52,9 @@ class Frontends:
         self.config = config
         self.n = config.frontend_processes
         self.argv = argv
-        self._dir = tempfile.mkdtemp(prefix="trireme-fe-")
-        self.host = RemoteHost(engine, os.path.join(self._dir, "core.sock"), self.up)
+        # an abstract Unix socket name (Linux): nothing is left in the file system, even after kill -9
+        path = f"\0trireme-frontends-{os.getpid()}-{secrets.token_hex(8)}"
+        self.host = RemoteHost(engine, path, self.up)
         self.procs: dict[int, asyncio.subprocess.Process] = {}
         self._watchers: list[asyncio.Task[None]] = []
         self._reserved: list[socket.socket] = []
@@ -96,7 +97,8 @@ class Frontends:
         log.info("%d front-end processes: pids %s", self.n, ", ".join(str(p.pid) for p in self.procs.values()))
 
     async def _spawn(self, i: int) -> asyncio.subprocess.Process:
-        args = [sys.executable, "-m", "service.remote.frontend_main", self.host.path, str(i)]
+        name = self.host.path.lstrip("\0")  # argv cannot carry the leading NUL: the front end adds it back
+        args = [sys.executable, "-m", "service.remote.frontend_main", name, str(i)]
         args += [str(self.grpc_port), str(self.http_port), "--", *self.argv]
         return await asyncio.create_subprocess_exec(*args)
 
@@ -140,6 +142,3 @@ class Frontends:
         await self.host.stop()
         for sock in self._reserved:
             sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.host.path)
-            os.rmdir(self._dir)

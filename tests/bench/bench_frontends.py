@@ -1,0 +1,174 @@
+"""--frontend-processes: one process vs today's main, and N = 2 vs N = 1 vs Triton 2.51 with many connections.
+
+Phase `single` (is N = 1 as fast as before?): Trireme from this tree with `--frontend-processes 1` and Trireme
+from another checkout (`--main-root`, today's main) are each pinned to CPU 0 (taskset; workers inherit it), real
+perf_analyzer to CPU 1, sending exactly --requests requests at each concurrency; CPU time (/proc utime+stime of
+the server and its children) per request and requests/s of wall time; servers in rotating order per round.
+
+Phase `many` (does N = 2 pay with many client connections?): Trireme with N = 1 and N = 2 and Triton 2.51, each
+unpinned on all cores; --clients perf_analyzer processes at once, each at --client-concurrency with
+TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 (one gRPC connection per concurrent request: clients x concurrency
+connections), each sending --many-requests requests. Aggregate requests/s = all requests / wall time until the
+last finishes; CPU time per request of the whole server tree; servers in rotating order per round.
+
+Model: the unbatched FP32 [-1] identity of tests/bench/models.py (one worker-process instance), 16 floats.
+Usage: .venv/bin/python tests/bench/bench_frontends.py [--phases single many] [--rounds 3] [--requests 4000]
+       [--concurrency 1 8] [--clients 4] [--client-concurrency 4] [--many-requests 2000] [--main-root DIR]
+Prints markdown tables (medians over rounds) and each round's raw figures on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.bench_cpu import pa, wait_ready  # noqa: E402
+from tests.bench.models import MODEL, write_identity  # noqa: E402
+from tests.bench.servers import ANCHORS, free_port, start_triton, stop, tree_usage, usage_per_request  # noqa: E402
+
+
+def start(kind: str, repo: Path, port: int, work: Path, main_root: Path, prefix: list[str]) -> subprocess.Popen[bytes]:
+    """`main` (the other checkout), `n1`/`n2` (this tree with 1 / 2 front ends) or `triton`; does not wait."""
+    log = (work / f"{kind}_{port}.log").open("wb")
+    if kind == "triton":
+        return start_triton(repo, port, work / f"{kind}_{port}.log", prefix=prefix)
+    root = main_root if kind == "main" else ROOT
+    cmd = [
+        *prefix, sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
+        "--http-address", "127.0.0.1", "--http-port", str(free_port()), "--metrics-address", "127.0.0.1",
+        "--metrics-port", str(free_port()), "--model-repository", str(repo),
+    ]  # fmt: skip
+    if kind != "main":
+        cmd += ["--frontend-processes", kind[1:]]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("TRIREME_FRONTEND_PROCESSES", None)
+    return subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def single_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[tuple[str, int], list[dict[str, float]]]:
+    kinds = ["main", "n1"]
+    ports = {k: free_port() for k in kinds}
+    procs = {k: start(k, repo, ports[k], work, args.main_root, ["taskset", "-c", "0"]) for k in kinds}
+    out: dict[tuple[str, int], list[dict[str, float]]] = {}
+    try:
+        for k in kinds:
+            wait_ready(ports[k], procs[k], MODEL, 180)
+            pa(ports[k], MODEL, 8, 1000)  # warm-up
+        for r in range(args.rounds):
+            for c in args.concurrency:
+                for k in kinds[r % 2 :] + kinds[: r % 2]:
+                    before = tree_usage(procs[k].pid)
+                    ips = pa(ports[k], MODEL, c, args.requests) or 0.0
+                    usage = usage_per_request(before, tree_usage(procs[k].pid), args.requests, procs[k].pid)
+                    row = {
+                        "ips": ips,
+                        "server": usage["server"]["cpu_us"],
+                        "children": sum(v["cpu_us"] for n, v in usage.items() if n != "server"),
+                    }
+                    out.setdefault((k, c), []).append(row)
+                    print(f"single round {r} c={c} {k}: {row}", file=sys.stderr, flush=True)
+    finally:
+        stop(procs.values())
+    return out
+
+
+def many_clients(port: int, args: argparse.Namespace) -> float:
+    """--clients perf_analyzer processes at once; aggregate requests/s of wall time."""
+    env = {**os.environ, "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
+    c = args.client_concurrency
+    cmd = [
+        str(ANCHORS / "bin" / "perf_analyzer"), "-m", MODEL, "-i", "grpc", "-u", f"127.0.0.1:{port}",
+        "--shape", "INPUT0:16", "--concurrency-range", f"{c}:{c}", "--request-count", str(args.many_requests),
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    running = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(args.clients)
+    ]
+    outputs = [p.communicate(timeout=1800)[0] for p in running]
+    seconds = time.monotonic() - t0
+    for p, o in zip(running, outputs, strict=True):
+        if p.returncode != 0:
+            raise RuntimeError(f"perf_analyzer failed:\n{o.decode(errors='replace')[-1500:]}")
+    return args.clients * args.many_requests / seconds
+
+
+def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, list[dict[str, float]]]:
+    kinds = ["n1", "n2", "triton"]
+    ports = {k: free_port() for k in kinds}
+    procs = {k: start(k, repo, ports[k], work, args.main_root, []) for k in kinds}
+    out: dict[str, list[dict[str, float]]] = {}
+    total = args.clients * args.many_requests
+    try:
+        for k in kinds:
+            wait_ready(ports[k], procs[k], MODEL, 180)
+            pa(ports[k], MODEL, 8, 1000)
+        for r in range(args.rounds):
+            for k in kinds[r % 3 :] + kinds[: r % 3]:
+                before = tree_usage(procs[k].pid)
+                ips = many_clients(ports[k], args)
+                usage = usage_per_request(before, tree_usage(procs[k].pid), total, procs[k].pid)
+                row = {"ips": ips, "cpu": sum(v["cpu_us"] for v in usage.values())}
+                out.setdefault(k, []).append(row)
+                print(f"many round {r} {k}: {row}", file=sys.stderr, flush=True)
+    finally:
+        stop(procs.values())
+    return out
+
+
+def med(rows: list[dict[str, float]], field: str) -> float:
+    return statistics.median(r[field] for r in rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--phases", nargs="+", default=["single", "many"], choices=["single", "many"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=4000)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--client-concurrency", type=int, default=4)
+    ap.add_argument("--many-requests", type=int, default=2000)
+    ap.add_argument("--main-root", type=Path, default=Path("/work/main"), help="checkout of today's main")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench_fe_"))
+    repo = work / "repo"
+    write_identity(repo)
+    if "single" in args.phases:
+        single = single_phase(args, repo, work)
+        print(f"\nsingle: pinned (server CPU 0, perf_analyzer CPU 1), median of {args.rounds} rounds x {args.requests}")
+        print("| server | c | server CPU µs/req | worker CPU µs/req | infer/s | n1 ÷ main (infer/s) |")
+        print("|---|---|---|---|---|---|")
+        for c in args.concurrency:
+            ratio = statistics.median(
+                n["ips"] / m["ips"] for n, m in zip(single[("n1", c)], single[("main", c)], strict=True)
+            )
+            for k in ("main", "n1"):
+                rows = single[(k, c)]
+                shown = f"{ratio:.2f}" if k == "n1" else "1.00"
+                print(
+                    f"| {k} | {c} | {med(rows, 'server'):.0f} | {med(rows, 'children'):.0f} | {med(rows, 'ips'):.0f} "
+                    f"| {shown} |"
+                )
+    if "many" in args.phases:
+        many = many_phase(args, repo, work)
+        conns = args.clients * args.client_concurrency
+        print(f"\nmany: {args.clients} perf_analyzer x c={args.client_concurrency} ({conns} connections), unpinned")
+        print("| server | infer/s | ÷ N=1 (same rounds) | ÷ Triton (same rounds) | server tree CPU µs/req |")
+        print("|---|---|---|---|---|")
+        for k in ("n1", "n2", "triton"):
+            to_n1 = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many["n1"], strict=True))
+            to_tr = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many["triton"], strict=True))
+            print(f"| {k} | {med(many[k], 'ips'):.0f} | {to_n1:.2f} | {to_tr:.2f} | {med(many[k], 'cpu'):.0f} |")
+
+
+if __name__ == "__main__":
+    main()
