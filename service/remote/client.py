@@ -141,7 +141,10 @@ class RemoteEngine:
     async def connect(self) -> None:
         """Open both connections to the core (the core counts this front end as up after hello())."""
         loop = asyncio.get_running_loop()
-        self._transport, _ = await loop.create_unix_connection(lambda: _Responses(self), self.path)  # type: ignore[assignment]
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(self.path)  # connected first: uvloop does not take abstract socket names
+        sock.setblocking(False)
+        self._transport, _ = await loop.create_unix_connection(lambda: _Responses(self), sock=sock)  # type: ignore[assignment]
         self._sync = _SyncChannel(self.path, self.frontend_id)
         self.log_settings = _LogSettings(self._sync)
         self.shm_registry = _ShmRegistry(self._sync) if self._allow_client_shm else None
