@@ -36,6 +36,21 @@ def free_port() -> int:
             return port
 
 
+def worker_children(pid: int) -> list[int]:
+    """PIDs of the worker processes a server started (its children, without its front-end processes, which
+    --frontend-processes N >= 2 adds: `TRIREME_FRONTEND_PROCESSES=2 pytest` runs the suite that way)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    pids = []
+    for p in out.split():
+        try:
+            cmdline = Path(f"/proc/{p}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"service.remote.frontend_main" not in cmdline:
+            pids.append(int(p))
+    return pids
+
+
 class ServerProcess:
     """A `python -m service` process on a free port, with its log captured to a file."""
 
@@ -89,12 +104,12 @@ class ServerProcess:
 
     def worker_pids(self) -> list[int]:
         """PIDs of this server's worker processes."""
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
-        return [int(p) for p in out.split()]
+        return worker_children(self.proc.pid)
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 20 s; checks that no worker process outlives the server."""
-        children = self.worker_pids()
+        """SIGTERM, then SIGKILL after 20 s; checks that no worker (or front-end) process outlives the server."""
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
+        children = [int(p) for p in out.split()]
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -20,6 +20,7 @@ import requests
 import tritonclient.grpc as grpcclient
 
 from tests.bench.servers import ANCHORS, ROOT, free_port, stop, wait_started
+from tests.conftest import worker_children
 from tests.integration.test_custom_backend import custom_setup  # noqa: F401 - the fixture is shared
 from tests.integration.test_host_policy import thread_cores
 from tests.integration.test_worker_identity import CONFIG as ARGV_CONFIG
@@ -49,8 +50,7 @@ def _wait_triton(proc: subprocess.Popen[bytes], log: Path, http_port: int) -> No
 
 
 def _children(proc: subprocess.Popen[bytes]) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+    return worker_children(proc.pid)
 
 
 def _answers(port: int) -> dict[str, Any]:
