@@ -81,6 +81,13 @@ def single_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[tuple
     return out
 
 
+def is_frontend(pid: int) -> bool:
+    try:
+        return b"service.remote.frontend_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def many_clients(port: int, args: argparse.Namespace) -> float:
     """--clients perf_analyzer processes at once; aggregate requests/s of wall time."""
     env = {**os.environ, "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
@@ -115,8 +122,15 @@ def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, li
             for k in kinds[r % 3 :] + kinds[: r % 3]:
                 before = tree_usage(procs[k].pid)
                 ips = many_clients(ports[k], args)
-                usage = usage_per_request(before, tree_usage(procs[k].pid), total, procs[k].pid)
-                row = {"ips": ips, "cpu": sum(v["cpu_us"] for v in usage.values())}
+                after = tree_usage(procs[k].pid)
+                usage = usage_per_request(before, after, total, procs[k].pid)
+                frontends = {f"child {p}" for p in after if is_frontend(p)}
+                row = {
+                    "ips": ips,
+                    "cpu": sum(v["cpu_us"] for v in usage.values()),
+                    "core": usage["server"]["cpu_us"],
+                    "frontends": sum(v["cpu_us"] for n, v in usage.items() if n in frontends),
+                }
                 out.setdefault(k, []).append(row)
                 print(f"many round {r} {k}: {row}", file=sys.stderr, flush=True)
     finally:
@@ -162,12 +176,19 @@ def main() -> None:
         many = many_phase(args, repo, work)
         conns = args.clients * args.client_concurrency
         print(f"\nmany: {args.clients} perf_analyzer x c={args.client_concurrency} ({conns} connections), unpinned")
-        print("| server | infer/s | ÷ N=1 (same rounds) | ÷ Triton (same rounds) | server tree CPU µs/req |")
-        print("|---|---|---|---|---|")
+        print(
+            "| server | infer/s | ÷ N=1 (same rounds) | ÷ Triton (same rounds) | server tree CPU µs/req "
+            "| of it: core process | of it: front ends |"
+        )
+        print("|---|---|---|---|---|---|---|")
         for k in ("n1", "n2", "triton"):
             to_n1 = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many["n1"], strict=True))
             to_tr = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many["triton"], strict=True))
-            print(f"| {k} | {med(many[k], 'ips'):.0f} | {to_n1:.2f} | {to_tr:.2f} | {med(many[k], 'cpu'):.0f} |")
+            rows = many[k]
+            print(
+                f"| {k} | {med(rows, 'ips'):.0f} | {to_n1:.2f} | {to_tr:.2f} | {med(rows, 'cpu'):.0f} "
+                f"| {med(rows, 'core'):.0f} | {med(rows, 'frontends'):.0f} |"
+            )
 
 
 if __name__ == "__main__":
