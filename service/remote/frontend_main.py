@@ -11,13 +11,12 @@ import logging
 import os
 import signal
 import sys
-from typing import cast
 
 import uvloop
 
 from service.config.flags import ServerConfig, parse_args
 from service.config.tls import ssl_context
-from service.core.engine import Engine
+from service.core.facade import Facade
 from service.frontend.grpc.server import build_grpc_server
 from service.frontend.http.server import HttpFrontend, HttpOptions
 from service.remote.client import RemoteEngine
@@ -42,7 +41,7 @@ async def serve_frontend(path: str, frontend_id: int, grpc_port: int, http_port:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the core, which drains every front end
     await remote.connect()
-    engine = cast(Engine, remote)  # the same façade surface (service/remote/client.py)
+    engine: Facade = remote  # the surface the front ends use (service/core/facade.py)
     grpc_server, _ = build_grpc_server(engine, f"{config.grpc_address}:{grpc_port}", config.grpc, reuse_port=True)
     await grpc_server.start()
     http: HttpFrontend | None = None

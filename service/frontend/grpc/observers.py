@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.core.engine import Engine
+from service.core.facade import Facade
 from service.core.observability.tracer import Trace, Tracer
 from service.ipc import stagetrace
 from service.types import InferRequest
@@ -105,7 +105,7 @@ class StageObserver(InferObserver):
 NO_OBSERVERS: tuple[InferObserver, ...] = ()
 
 
-def infer_observers(engine: Engine, context: Any) -> tuple[InferObserver, ...]:
+def infer_observers(engine: Facade, context: Any) -> tuple[InferObserver, ...]:
     """The observers of one ModelInfer call; empty (the common case) when neither kind of tracing is on."""
     recorder = stagetrace.RECORDER
     if recorder is None and not engine.tracer.enabled:

@@ -12,7 +12,7 @@ from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 from protos import health_pb2, health_pb2_grpc
 from service.config.access import GrpcSettings
-from service.core.engine import Engine
+from service.core.facade import Facade
 from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
 from service.frontend.grpc import large as grpc_large
@@ -87,7 +87,7 @@ async def _shm_call(
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Every RPC of inference.GRPCInferenceService."""
 
-    def __init__(self, engine: Engine, handlers: HandlerFactory, stream_buffer_bytes: int = 64 << 20) -> None:
+    def __init__(self, engine: Facade, handlers: HandlerFactory, stream_buffer_bytes: int = 64 << 20) -> None:
         self.engine = engine
         self.handlers = handlers
         self.stream_buffer_bytes = stream_buffer_bytes
@@ -283,7 +283,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 class HealthServicer(health_pb2_grpc.HealthServicer):
     """grpc.health.v1.Health: SERVING iff the server is ready."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Facade) -> None:
         self.engine = engine
 
     async def Check(self, request: Any, context: Any) -> health_pb2.HealthCheckResponse:
@@ -316,7 +316,7 @@ def server_credentials(settings: GrpcSettings) -> grpc.ServerCredentials | None:
 
 
 def build_grpc_server(
-    engine: Engine, address: str, settings: GrpcSettings | None = None, reuse_port: bool = False
+    engine: Facade, address: str, settings: GrpcSettings | None = None, reuse_port: bool = False
 ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server bound to `address` (host:port; port 0 picks one). Returns (server, bound port).
     `reuse_port`: share the port with the other front-end processes (SO_REUSEPORT)."""

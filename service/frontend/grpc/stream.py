@@ -24,8 +24,7 @@ from collections.abc import Callable
 import grpc
 
 from protos import grpc_service_pb2 as pb
-from service.core.engine import Engine
-from service.core.repository.repository import ModelVersion
+from service.core.facade import Facade, Submitted
 from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
 from service.frontend.grpc.observers import sample_trace, traceparent_of
@@ -62,7 +61,7 @@ class StreamSession:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Facade,
         context: grpc.aio.ServicerContext,
         buffer_bytes: int = 64 << 20,
         on_unparsable: Callable[[grpc.aio.ServicerContext], None] | None = None,
@@ -71,7 +70,7 @@ class StreamSession:
         self.context = context
         self.out: deque[_Out] = deque()
         self.ordered: deque[_Slot] = deque()
-        self.inflight: dict[InferRequest, ModelVersion] = {}
+        self.inflight: dict[InferRequest, Submitted] = {}
         self.wake = asyncio.Event()
         self.reading = True
         self.closed = False  # cancelled: late responses are dropped
@@ -248,7 +247,7 @@ class StreamSession:
 
 
 async def serve_stream(
-    engine: Engine,
+    engine: Facade,
     context: grpc.aio.ServicerContext,
     buffer_bytes: int = 64 << 20,
     on_unparsable: Callable[[grpc.aio.ServicerContext], None] | None = None,

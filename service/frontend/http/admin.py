@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from service.core.engine import Engine
+from service.core.facade import Facade
 from service.core.observability.stats import DURATION_FIELDS, Duration, ModelStats
 from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.http.util import json_response, read_json_object
@@ -61,7 +61,7 @@ _OK = web.Response  # an empty 200
 class AdminRoutes:
     """Handlers for the non-inference POST/GET endpoints."""
 
-    def __init__(self, engine: Engine, max_input_size: int) -> None:
+    def __init__(self, engine: Facade, max_input_size: int) -> None:
         self.engine = engine
         self.max_input_size = max_input_size
 

@@ -17,7 +17,8 @@ import numpy as np
 import orjson
 from aiohttp import web
 
-from service.core.engine import Engine, TensorMetadata
+from service.core.engine import TensorMetadata
+from service.core.facade import Facade
 from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.http.codec import json_data_to_bytes
 from service.frontend.http.util import JSON, error_body, read_json_object, to_service_error
@@ -100,7 +101,7 @@ def response_json(resp: InferResponse) -> bytes:
 class GenerateRoutes:
     """The two generate handlers."""
 
-    def __init__(self, engine: Engine, max_input_size: int) -> None:
+    def __init__(self, engine: Facade, max_input_size: int) -> None:
         self.engine = engine
         self.max_input_size = max_input_size
 

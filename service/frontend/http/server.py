@@ -21,7 +21,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 from aiohttp.web_protocol import RequestPayloadError
 
 from service.config.access import RestrictedApi
-from service.core.engine import Engine
+from service.core.facade import Facade
 from service.core.repository.model_config import to_json_dict
 from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.http import admin as http_admin
@@ -69,7 +69,7 @@ class HttpOptions:
 class HttpFrontend:
     """The aiohttp application and its listener."""
 
-    def __init__(self, engine: Engine, options: HttpOptions) -> None:
+    def __init__(self, engine: Facade, options: HttpOptions) -> None:
         self.engine = engine
         self.options = options
         # header names are case-insensitive: Triton matches the pattern with (?i) too
