@@ -312,8 +312,6 @@ class Engine:
 
         mv = self.start_single(request, on_response)
         assert mv.scheduler is not None
-        if request.stamps is not None:
-            request.stamps.append(("enqueued", time.monotonic_ns()))
         try:
             return await future
         except asyncio.CancelledError:
@@ -331,6 +329,8 @@ class Engine:
             )
         request.single_response = True
         self._enqueue(mv, request, on_response)
+        if request.stamps is not None:
+            request.stamps.append(("enqueued", time.monotonic_ns()))
         return mv
 
     def trace_setting(self, model_name: str = "", updates: dict[str, list[str] | None] | None = None) -> dict:

@@ -101,6 +101,10 @@ class _Responses(asyncio.Protocol):
             op = msg[0]
             if op == "r":
                 response = unpack_response(msg[2])
+                if len(msg) > 3:  # the core's stage timestamps (TRIREME_STAGE_TRACE), one clock for all processes
+                    stamped = self.engine.stamped.pop(msg[1], None)
+                    if stamped is not None and stamped.stamps is not None:
+                        stamped.stamps.extend(msg[3])
                 target = waiting.pop(msg[1], None) if response.final else waiting.get(msg[1])
                 if isinstance(target, asyncio.Future):
                     if not target.done():
@@ -132,6 +136,7 @@ class RemoteEngine:
         self._allow_client_shm = allow_client_shm
         self.tracer = Tracer(TraceSettings())  # tracing is not carried across front ends (docs/architecture.md)
         self.waiting: dict[int, asyncio.Future[Any] | ResponseCallback] = {}
+        self.stamped: dict[int, InferRequest] = {}  # requests with stage timestamps (TRIREME_STAGE_TRACE), by id
         self._ids = itertools.count(1)
         self._transport: asyncio.Transport | None = None
         self._sync: _SyncChannel | None = None
@@ -229,6 +234,8 @@ class RemoteEngine:
         rid = next(self._ids)
         future: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
         self.waiting[rid] = future
+        if request.stamps is not None:
+            self.stamped[rid] = request
         self._send(("i", rid, pack_request(request)))
         try:
             return await future
@@ -237,6 +244,9 @@ class RemoteEngine:
             if self.waiting.pop(rid, None) is not None:
                 self._send(("c", rid))
             raise
+        finally:
+            if request.stamps is not None:
+                self.stamped.pop(rid, None)
 
     def submit(self, request: InferRequest, on_response: ResponseCallback) -> RemoteVersion:
         rid = next(self._ids)

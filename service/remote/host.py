@@ -155,6 +155,12 @@ class _Conn(asyncio.Protocol):
         def on_response(response: InferResponse) -> None:
             if response.final:
                 inflight.pop(rid, None)
+                if request.stamps is not None:  # TRIREME_STAGE_TRACE: the core's stages go back with the answer,
+                    # after the worker's ExecDone (read with the response) has added the worker's stages
+                    packed_response = pack_response(response)
+                    stamps = request.stamps
+                    asyncio.get_running_loop().call_soon(lambda: write(frame(("r", rid, packed_response, stamps))))
+                    return
             write(frame(("r", rid, pack_response(response))))
 
         try:
