@@ -220,7 +220,8 @@ class RemoteEngine:
 
     def client_shm(self) -> Any:
         assert self._sync is not None
-        return _ShmRegistry(self._sync)  # the core answers UNSUPPORTED while --allow-client-shm is false
+        self._sync.call("client_shm")  # raises the core's UNSUPPORTED while --allow-client-shm is false
+        return _ShmRegistry(self._sync)
 
     # ---- model control ----------------------------------------------------------------------------------
     async def load_model(self, name: str, config_json: str = "") -> None:

@@ -71,6 +71,9 @@ class RemoteHost:
             if name not in SHM_METHODS:
                 raise ValueError(f"unknown shared-memory call {name!r}")
             return getattr(engine.client_shm(), name)(*shm_args)
+        if method == "client_shm":
+            engine.client_shm()  # raises while client shared memory is disabled
+            return None
         if method == "log_update":
             engine.log_settings.update(args[0])
             return None
