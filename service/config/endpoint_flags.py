@@ -120,7 +120,8 @@ def add_placement_flags(p: argparse.ArgumentParser) -> None:
 def default_frontend_processes() -> int:
     """--frontend-processes when not given: $TRIREME_FRONTEND_PROCESSES, else 1 on a machine with 2 usable cores
     or fewer (a second front end has no core of its own there: measured slower, docs/benchmarks.md), else half
-    the usable cores (the core process, the model instances and the clients need the rest), at most 8."""
+    the usable cores (the core process, the model instances and the clients need the rest), at most 4: a front
+    end spends ~4x the core process's CPU per request (measured), so past 4 the core process is the bound."""
     env = os.environ.get("TRIREME_FRONTEND_PROCESSES", "")
     if env.strip().isdigit() and int(env) > 0:
         return int(env)
@@ -128,7 +129,7 @@ def default_frontend_processes() -> int:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return 1 if cores <= 2 else min(8, cores // 2)
+    return 1 if cores <= 2 else min(4, cores // 2)
 
 
 def add_frontend_flags(p: argparse.ArgumentParser) -> None:
@@ -141,5 +142,5 @@ def add_frontend_flags(p: argparse.ArgumentParser) -> None:
         help="Trireme only: N >= 2 runs N front-end processes sharing the gRPC and HTTP ports (SO_REUSEPORT) over "
         "one core process that keeps the models, schedulers, statistics and shared-memory registry; 1 serves "
         "everything from one process (default: $TRIREME_FRONTEND_PROCESSES, else 1 with <= 2 cores, else "
-        "half the cores, at most 8)",
+        "half the cores, at most 4)",
     )
