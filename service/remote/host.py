@@ -37,6 +37,7 @@ class RemoteHost:
         self.conns: dict[int, _Conn] = {}  # front-end id -> its asynchronous connection
         self._server: asyncio.AbstractServer | None = None
         self.on_hello: Callable[[int], None] | None = None
+        self._warned_tracing = False
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -79,6 +80,12 @@ class RemoteHost:
             return None
         if method == "log_dict":
             return engine.log_settings.as_dict()
+        if method == "trace_setting" and args[1] and not self._warned_tracing:
+            self._warned_tracing = True
+            log.warning(
+                "trace settings changed through a front-end process: requests served by front-end processes are "
+                "not traced (tracing needs --frontend-processes 1)"
+            )
         if method in (
             "model_metadata",
             "model_config",
