@@ -14,6 +14,7 @@ last finishes; CPU time per request of the whole server tree; servers in rotatin
 Model: the unbatched FP32 [-1] identity of tests/bench/models.py (one worker-process instance), 16 floats.
 Usage: .venv/bin/python tests/bench/bench_frontends.py [--phases single many] [--rounds 3] [--requests 4000]
        [--concurrency 1 8] [--clients 4] [--client-concurrency 4] [--many-requests 2000] [--main-root DIR]
+       [--streaming]   (phase many over gRPC streams: each concurrent request slot opens its own stream)
 Prints markdown tables (medians over rounds) and each round's raw figures on stderr.
 """
 
@@ -95,6 +96,7 @@ def many_clients(port: int, args: argparse.Namespace) -> float:
     cmd = [
         str(ANCHORS / "bin" / "perf_analyzer"), "-m", MODEL, "-i", "grpc", "-u", f"127.0.0.1:{port}",
         "--shape", "INPUT0:16", "--concurrency-range", f"{c}:{c}", "--request-count", str(args.many_requests),
+        *(["--streaming"] if args.streaming else []),
     ]  # fmt: skip
     t0 = time.monotonic()
     running = [
@@ -151,6 +153,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--client-concurrency", type=int, default=4)
     ap.add_argument("--many-requests", type=int, default=2000)
+    ap.add_argument("--streaming", action="store_true", help="phase many over ModelStreamInfer (one stream each)")
     ap.add_argument("--main-root", type=Path, default=Path("/work/main"), help="checkout of today's main")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_fe_"))
@@ -175,7 +178,9 @@ def main() -> None:
     if "many" in args.phases:
         many = many_phase(args, repo, work)
         conns = args.clients * args.client_concurrency
-        print(f"\nmany: {args.clients} perf_analyzer x c={args.client_concurrency} ({conns} connections), unpinned")
+        mode = ", streaming" if args.streaming else ""
+        clients = f"{args.clients} perf_analyzer x c={args.client_concurrency}"
+        print(f"\nmany: {clients} ({conns} connections{mode}), unpinned")
         print(
             "| server | infer/s | ÷ N=1 (same rounds) | ÷ Triton (same rounds) | server tree CPU µs/req "
             "| of it: core process | of it: front ends |"
