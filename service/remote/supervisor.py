@@ -75,7 +75,11 @@ class Frontends:
     async def start(self) -> None:
         """Reserve the ports, start the front ends and wait until all listen (OSError when one cannot start)."""
         config = self.config
-        grpc_sock = reserve_port(config.grpc_address, config.grpc_port)
+        address = f"{config.grpc_address}:{config.grpc_port}"
+        try:
+            grpc_sock = reserve_port(config.grpc_address, config.grpc_port)
+        except OSError:  # the message of one process (frontend/grpc/server.py build_grpc_server)
+            raise OSError(f"unable to bind the gRPC server to {address} (address already in use?)") from None
         self._reserved.append(grpc_sock)
         self.grpc_port = int(grpc_sock.getsockname()[1])
         if config.allow_http:
