@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import pickle
 import socket
 import threading
 from collections.abc import Callable
@@ -53,8 +54,6 @@ class _SyncChannel:
         return b"".join(chunks)
 
     def call(self, method: str, *args: Any) -> Any:
-        import pickle
-
         with self.lock:
             self.sock.sendall(frame(("s", method, args)))
             (n,) = HEADER.unpack(self._read(4))
