@@ -1,23 +1,39 @@
 """Benchmark: small requests' latency while another client sends 100 MiB requests back to back, Trireme vs Triton.
 
 Both servers serve the example identity models (identity_fp32 for the 16-float client, identity_fp32_any for the
-large one). Per round and server: one thread sends `--big-count` requests of `--big-mib` MiB (FP32) back to
+large one). Per round and server: one client sends `--big-count` requests of `--big-mib` MiB (FP32) back to
 back while another sends 16-float requests and records their latencies; the servers alternate per round.
 
+Where the large client runs (`--big-client`):
+- `thread` (the default, as first measured): a thread of this process, beside the small client's thread. Both
+  share this process's GIL: tritonclient serialises and parses each 100 MiB message, and grpc copies it, with
+  the GIL held (~40-100 ms each), so the small client's own process stalls it several times per large request,
+  whatever the server.
+- `process`: a process of its own, so the small client's latencies are the server's (two clients, as in
+  production).
+
+`--variant NAME:KEY=VALUE[,KEY=VALUE...]` adds a Trireme started with extra environment variables (e.g. the
+previous malloc settings, `old:MALLOC_MMAP_THRESHOLD_=67108864`), measured in the same rounds.
+
 Usage: .venv/bin/python tests/bench/bench_large.py [--rounds 3] [--big-mib 100] [--big-count 3]
-Prints a markdown table: small requests answered, their p50/p99/max latency, and the large round trip time.
+       [--big-client thread|process] [--variant NAME:KEY=VALUE,...]
+Prints every round and a markdown table: small requests answered, their p50/p99/max latency, and the large
+round trip time (medians over the rounds).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,16 +45,49 @@ from tests.bench.servers import free_port, start_trireme, start_triton, stop, wa
 MODELS = ("identity_fp32", "identity_fp32_any")
 
 
-def run_round(port: int, big_mib: int, big_count: int) -> dict[str, float]:
-    """One measurement against the server on port."""
+def big_requests(url: str, big_mib: int, count: int, ready: Any, go: Any, results: Any) -> None:
+    """The large client: one warm-up request, `ready`, wait for `go`, then `count` requests back to back; puts
+    the list of their durations (s) on `results`. Runs in a thread or in a process of its own."""
     import tritonclient.grpc as grpcclient
 
-    url = f"127.0.0.1:{port}"
     big = np.ones((1, (big_mib << 20) // 4), np.float32)
     client = grpcclient.InferenceServerClient(url)
     inp = grpcclient.InferInput("INPUT0", list(big.shape), "FP32")
     inp.set_data_from_numpy(big)
     client.infer("identity_fp32_any", [inp])  # warm-up
+    ready.set()
+    go.wait()
+    durations = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        client.infer("identity_fp32_any", [inp])
+        durations.append(time.perf_counter() - t0)
+    client.close()
+    results.put(durations)
+
+
+def run_round(port: int, big_mib: int, big_count: int, big_client: str) -> dict[str, float]:
+    """One measurement against the server on port."""
+    import tritonclient.grpc as grpcclient
+
+    url = f"127.0.0.1:{port}"
+    ready: Any
+    go: Any
+    results: Any
+    if big_client == "process":
+        ctx = mp.get_context("spawn")
+        ready, go, results = ctx.Event(), ctx.Event(), ctx.Queue()
+        runner: threading.Thread | Any = ctx.Process(
+            target=big_requests, args=(url, big_mib, big_count, ready, go, results)
+        )
+    else:
+        import queue
+
+        ready, go, results = threading.Event(), threading.Event(), queue.SimpleQueue()
+        runner = threading.Thread(target=big_requests, args=(url, big_mib, big_count, ready, go, results))
+    runner.start()
+    if not ready.wait(300):
+        raise TimeoutError("the large client's warm-up did not finish")
     latencies: list[float] = []
     stop_small = threading.Event()
 
@@ -55,14 +104,11 @@ def run_round(port: int, big_mib: int, big_count: int) -> dict[str, float]:
     thread = threading.Thread(target=small)
     thread.start()
     time.sleep(0.5)
-    durations = []
-    for _ in range(big_count):
-        t0 = time.perf_counter()
-        client.infer("identity_fp32_any", [inp])
-        durations.append(time.perf_counter() - t0)
+    go.set()
+    durations = results.get(timeout=600)
     stop_small.set()
     thread.join()
-    client.close()
+    runner.join()
     latencies.sort()
     return {
         "n": len(latencies),
@@ -73,40 +119,55 @@ def run_round(port: int, big_mib: int, big_count: int) -> dict[str, float]:
     }
 
 
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """'NAME:KEY=VALUE,KEY=VALUE' -> (NAME, {KEY: VALUE})."""
+    name, _, assignments = text.partition(":")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if a)
+    if not name or not env:
+        raise argparse.ArgumentTypeError(f"--variant wants NAME:KEY=VALUE[,KEY=VALUE...], got '{text}'")
+    return name, env
+
+
 def main() -> None:
     """Alternate the servers in rounds and print the table."""
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--big-mib", type=int, default=100)
     ap.add_argument("--big-count", type=int, default=3)
+    ap.add_argument("--big-client", choices=("thread", "process"), default="thread")
+    ap.add_argument("--variant", type=parse_variant, action="append", default=[])
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_large_"))
     repo = work / "repo"
     for name in MODELS:
         shutil.copytree(ROOT / "service" / "example_models" / name, repo / name)
-    ports = {"trireme": free_port(), "triton": free_port()}
     arena = ["--backend-config=python,shm-default-byte-size=" + str(512 << 20)]
-    procs = {
+    ports = {"trireme": free_port(), "triton": free_port()}
+    procs: dict[str, subprocess.Popen[bytes]] = {
         "trireme": start_trireme(repo, ports["trireme"], work / "trireme.log"),
         "triton": start_triton(repo, ports["triton"], work / "triton.log", arena),
     }
-    rows: dict[str, list[dict[str, float]]] = {"trireme": [], "triton": []}
+    for name, env in args.variant:
+        ports[name] = free_port()
+        procs[name] = start_trireme(repo, ports[name], work / f"{name}.log", env=env)
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in procs}
     try:
         for name, proc in procs.items():
             wait_port(ports[name], proc)
         time.sleep(3)
+        names = list(procs)
         for r in range(args.rounds):
-            order = ("trireme", "triton") if r % 2 == 0 else ("triton", "trireme")
+            order = names[r % len(names) :] + names[: r % len(names)]  # each server goes first in turn
             for name in order:
-                res = run_round(ports[name], args.big_mib, args.big_count)
-                rows[name].append(res)
-                print(f"round {r} {name}: {res}", file=sys.stderr, flush=True)
+                one = run_round(ports[name], args.big_mib, args.big_count, args.big_client)
+                rows[name].append(one)
+                print(f"round {r} {name}: {one}", file=sys.stderr, flush=True)
     finally:
         stop(procs.values())
         shutil.rmtree(work, ignore_errors=True)
     print(
         f"| server | small requests answered | small p50 ms | small p99 ms | small max ms | {args.big_mib} MiB round"
-        f" trip ms |  (median of {args.rounds} rounds)"
+        f" trip ms |  (median of {args.rounds} rounds, large client: {args.big_client})"
     )
     print("|---|---|---|---|---|---|")
     for name, res in rows.items():
@@ -117,6 +178,7 @@ def main() -> None:
         print(
             f"| {name} | {med('n'):.0f} | {med('p50'):.1f} | {med('p99'):.0f} | {med('max'):.0f} | {med('big'):.0f} |"
         )
+    print("\nsmall p99 ms per round: " + "; ".join(f"{n} {[round(x['p99']) for x in res]}" for n, res in rows.items()))
 
 
 if __name__ == "__main__":
