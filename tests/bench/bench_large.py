@@ -17,8 +17,10 @@ previous malloc settings, `old:MALLOC_MMAP_THRESHOLD_=67108864`), measured in th
 
 Usage: .venv/bin/python tests/bench/bench_large.py [--rounds 3] [--big-mib 100] [--big-count 3]
        [--big-client thread|process] [--variant NAME:KEY=VALUE,...]
-Prints every round and a markdown table: small requests answered, their p50/p99/max latency, and the large
-round trip time (medians over the rounds).
+Prints every round and a markdown table (medians over the rounds): small requests answered, their p50/p99/max
+latency and how many took over 20 ms, the large round trip time, and how long this process itself was stalled
+(the sum of the >3 ms delays of a thread sleeping 1 ms at a time: this process's GIL held by the large client's
+thread, or no CPU for it).
 """
 
 from __future__ import annotations
@@ -101,13 +103,26 @@ def run_round(port: int, big_mib: int, big_count: int, big_client: str) -> dict[
             latencies.append(time.perf_counter() - t0)
         c.close()
 
+    stalls: list[float] = []
+
+    def probe() -> None:  # this process's own stalls (GIL held by another thread, or no CPU): 1 ms sleeps
+        while not stop_small.is_set():
+            t0 = time.perf_counter()
+            time.sleep(0.001)
+            late = time.perf_counter() - t0 - 0.001
+            if late > 0.003:
+                stalls.append(late)
+
     thread = threading.Thread(target=small)
+    prober = threading.Thread(target=probe)
     thread.start()
     time.sleep(0.5)
+    prober.start()
     go.set()
     durations = results.get(timeout=600)
     stop_small.set()
     thread.join()
+    prober.join()
     runner.join()
     latencies.sort()
     return {
@@ -115,7 +130,9 @@ def run_round(port: int, big_mib: int, big_count: int, big_client: str) -> dict[
         "p50": statistics.median(latencies) * 1e3,
         "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3,
         "max": latencies[-1] * 1e3,
+        "over20": sum(1 for x in latencies if x > 0.020),
         "big": statistics.mean(durations) * 1e3,
+        "stall": sum(stalls) * 1e3,
     }
 
 
@@ -165,18 +182,20 @@ def main() -> None:
     finally:
         stop(procs.values())
         shutil.rmtree(work, ignore_errors=True)
+    print(f"median of {args.rounds} rounds, large client: {args.big_client}")
     print(
-        f"| server | small requests answered | small p50 ms | small p99 ms | small max ms | {args.big_mib} MiB round"
-        f" trip ms |  (median of {args.rounds} rounds, large client: {args.big_client})"
+        "| server | small requests answered | small p50 ms | small p99 ms | small max ms | small > 20 ms |"
+        f" {args.big_mib} MiB round trip ms | client process stalled ms |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name, res in rows.items():
 
         def med(key: str, res: list[dict[str, float]] = res) -> float:
             return statistics.median(x[key] for x in res)
 
         print(
-            f"| {name} | {med('n'):.0f} | {med('p50'):.1f} | {med('p99'):.0f} | {med('max'):.0f} | {med('big'):.0f} |"
+            f"| {name} | {med('n'):.0f} | {med('p50'):.1f} | {med('p99'):.0f} | {med('max'):.0f} |"
+            f" {med('over20'):.0f} | {med('big'):.0f} | {med('stall'):.0f} |"
         )
     print("\nsmall p99 ms per round: " + "; ".join(f"{n} {[round(x['p99']) for x in res]}" for n, res in rows.items()))
 
