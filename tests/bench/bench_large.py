@@ -16,17 +16,20 @@ Where the large client runs (`--big-client`):
 previous malloc settings, `old:MALLOC_MMAP_THRESHOLD_=67108864`), measured in the same rounds.
 
 Usage: .venv/bin/python tests/bench/bench_large.py [--rounds 3] [--big-mib 100] [--big-count 3]
-       [--big-client thread|process] [--variant NAME:KEY=VALUE,...]
+       [--big-client thread|process] [--variant NAME:KEY=VALUE,...] [--loop-cost 5]
 Prints every round and a markdown table (medians over the rounds): small requests answered, their p50/p99/max
 latency and how many took over 20 ms, the large round trip time, and how long this process itself was stalled
 (the sum of the >3 ms delays of a thread sleeping 1 ms at a time: this process's GIL held by the large client's
-thread, or no CPU for it).
+thread, or no CPU for it). Then, per server, `--loop-cost` large round trips alone (0: none): CPU time and
+minor page faults of the server's main thread (Trireme's event loop) and of the whole server process, from
+/proc, the noise-free measure of what a large message costs the loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import shutil
 import statistics
 import subprocess
@@ -136,6 +139,38 @@ def run_round(port: int, big_mib: int, big_count: int, big_client: str) -> dict[
     }
 
 
+def _thread_stat(pid: int, tid: int | None = None) -> tuple[float, int]:
+    """(CPU seconds, minor page faults) of a process, or of one of its threads."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7])
+
+
+def loop_cost(port: int, pid: int, big_mib: int, count: int) -> dict[str, float]:
+    """Noise-free figures of `count` large round trips alone (after two for warm-up), medians per request: CPU
+    ms and page faults of the server's main thread (Trireme's event loop; for Triton just its main thread) and
+    of the whole server process."""
+    import tritonclient.grpc as grpcclient
+
+    big = np.ones((1, (big_mib << 20) // 4), np.float32)
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    inp = grpcclient.InferInput("INPUT0", list(big.shape), "FP32")
+    inp.set_data_from_numpy(big)
+    rows = []
+    for i in range(count + 2):
+        loop0, proc0 = _thread_stat(pid, pid), _thread_stat(pid)
+        client.infer("identity_fp32_any", [inp])
+        time.sleep(0.2)  # the server finishes sending and freeing
+        loop1, proc1 = _thread_stat(pid, pid), _thread_stat(pid)
+        if i >= 2:
+            rows.append((loop1[0] - loop0[0], loop1[1] - loop0[1], proc1[0] - proc0[0], proc1[1] - proc0[1]))
+    client.close()
+    return {
+        key: statistics.median(r[k] for r in rows) * (1e3 if k % 2 == 0 else 1)
+        for k, key in enumerate(("loop_ms", "loop_faults", "proc_ms", "proc_faults"))
+    }
+
+
 def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     """'NAME:KEY=VALUE,KEY=VALUE' -> (NAME, {KEY: VALUE})."""
     name, _, assignments = text.partition(":")
@@ -153,6 +188,7 @@ def main() -> None:
     ap.add_argument("--big-count", type=int, default=3)
     ap.add_argument("--big-client", choices=("thread", "process"), default="thread")
     ap.add_argument("--variant", type=parse_variant, action="append", default=[])
+    ap.add_argument("--loop-cost", type=int, default=5, help="large requests alone per server for the CPU table")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_large_"))
     repo = work / "repo"
@@ -179,25 +215,36 @@ def main() -> None:
                 one = run_round(ports[name], args.big_mib, args.big_count, args.big_client)
                 rows[name].append(one)
                 print(f"round {r} {name}: {one}", file=sys.stderr, flush=True)
+        costs = {n: loop_cost(ports[n], procs[n].pid, args.big_mib, args.loop_cost) for n in names if args.loop_cost}
     finally:
         stop(procs.values())
         shutil.rmtree(work, ignore_errors=True)
-    print(f"median of {args.rounds} rounds, large client: {args.big_client}")
-    print(
-        "| server | small requests answered | small p50 ms | small p99 ms | small max ms | small > 20 ms |"
-        f" {args.big_mib} MiB round trip ms | client process stalled ms |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for name, res in rows.items():
-
-        def med(key: str, res: list[dict[str, float]] = res) -> float:
-            return statistics.median(x[key] for x in res)
-
+    if args.rounds:
+        print(f"median of {args.rounds} rounds, large client: {args.big_client}")
         print(
-            f"| {name} | {med('n'):.0f} | {med('p50'):.1f} | {med('p99'):.0f} | {med('max'):.0f} |"
-            f" {med('over20'):.0f} | {med('big'):.0f} | {med('stall'):.0f} |"
+            "| server | small requests answered | small p50 ms | small p99 ms | small max ms | small > 20 ms |"
+            f" {args.big_mib} MiB round trip ms | client process stalled ms |"
         )
-    print("\nsmall p99 ms per round: " + "; ".join(f"{n} {[round(x['p99']) for x in res]}" for n, res in rows.items()))
+        print("|---|---|---|---|---|---|---|---|")
+        for name, res in rows.items():
+
+            def med(key: str, res: list[dict[str, float]] = res) -> float:
+                return statistics.median(x[key] for x in res)
+
+            print(
+                f"| {name} | {med('n'):.0f} | {med('p50'):.1f} | {med('p99'):.0f} | {med('max'):.0f} |"
+                f" {med('over20'):.0f} | {med('big'):.0f} | {med('stall'):.0f} |"
+            )
+        print(
+            "\nsmall p99 ms per round: " + "; ".join(f"{n} {[round(x['p99']) for x in res]}" for n, res in rows.items())
+        )
+    if args.loop_cost:
+        print(f"\n{args.big_mib} MiB round trips alone, per request (median of {args.loop_cost}; CPU in 10 ms ticks)")
+        print("| server | main thread CPU ms | main thread page faults | process CPU ms | process page faults |")
+        print("|---|---|---|---|---|")
+        for name, c in costs.items():
+            cells = (c["loop_ms"], c["loop_faults"], c["proc_ms"], c["proc_faults"])
+            print(f"| {name} | " + " | ".join(f"{x:.0f}" for x in cells) + " |")
 
 
 if __name__ == "__main__":
