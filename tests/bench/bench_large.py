@@ -12,6 +12,9 @@ Where the large client runs (`--big-client`):
 - `process`: a process of its own, so the small client's latencies are the server's (two clients, as in
   production).
 
+`--big-count 0` is the baseline: after its warm-up the large client sends nothing for 3 s while the small client
+runs (the small requests' latency on the machine as it is, without large traffic).
+
 `--variant NAME:KEY=VALUE[,KEY=VALUE...]` adds a Trireme started with extra environment variables (e.g. the
 previous malloc settings, `old:MALLOC_MMAP_THRESHOLD_=67108864`), measured in the same rounds.
 
@@ -48,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 from tests.bench.servers import free_port, start_trireme, start_triton, stop, wait_port  # noqa: E402
 
 MODELS = ("identity_fp32", "identity_fp32_any")
+BASELINE_S = 3.0  # --big-count 0: how long the small client runs alone
 
 
 def big_requests(url: str, big_mib: int, count: int, ready: Any, go: Any, results: Any) -> None:
@@ -63,6 +67,8 @@ def big_requests(url: str, big_mib: int, count: int, ready: Any, go: Any, result
     ready.set()
     go.wait()
     durations = []
+    if count == 0:  # the baseline: the small client alone, as long as about three large round trips take
+        time.sleep(BASELINE_S)
     for _ in range(count):
         t0 = time.perf_counter()
         client.infer("identity_fp32_any", [inp])
@@ -134,7 +140,7 @@ def run_round(port: int, big_mib: int, big_count: int, big_client: str) -> dict[
         "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3,
         "max": latencies[-1] * 1e3,
         "over20": sum(1 for x in latencies if x > 0.020),
-        "big": statistics.mean(durations) * 1e3,
+        "big": statistics.mean(durations) * 1e3 if durations else 0.0,
         "stall": sum(stalls) * 1e3,
     }
 
