@@ -80,6 +80,7 @@ class _Connection(asyncio.Protocol):
         self._discard = False  # dropping the rest of an answered request's body, then closing
         self._broken = False  # a parse error: no more requests from this connection
         self._stream_chunked = True
+        self._streamed = False  # the running handler opened a stream
         self._linger: asyncio.TimerHandle | None = None
 
     # ---- asyncio.Protocol ------------------------------------------------------------------------------------
@@ -104,7 +105,9 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._parse_error("Upgrade is not supported")
         except httptools.HttpParserError as e:
-            self._parse_error(" ".join(str(e).split()))
+            # an error raised in a callback (the head limits) comes back as "User callback error", ours as context
+            cause = e.__context__ if isinstance(e.__context__, httptools.HttpParserError) else e
+            self._parse_error(" ".join(str(cause).split()))
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -195,17 +198,23 @@ class _Connection(asyncio.Protocol):
                     self._half_close()
                     return
                 request, keep_alive = item
+                self._streamed = False
                 result = await self._server.handler(request)
                 self._queue.popleft()
                 if "pipeline" in self._paused and len(self._queue) <= _PIPELINE_HIGH // 4:
                     self._resume("pipeline")
                 complete = request.body.done or request.body.error is not None
-                if not complete or self._server.stopping:
+                if not complete or self._broken or self._server.stopping:
                     keep_alive = False
                 if isinstance(result, Response):
-                    self._send(result, keep_alive)
+                    if self._streamed:  # failed after its stream began: the answer cannot be changed now
+                        self._close()
+                        return
+                    self._send(result, keep_alive, request.method == "HEAD")
                 if not keep_alive:
-                    if complete:
+                    if self._broken:
+                        self._half_close()
+                    elif complete:
                         self._close()
                     else:
                         self._linger_then_close()
@@ -213,7 +222,7 @@ class _Connection(asyncio.Protocol):
         finally:
             self._task = None
 
-    def _send(self, response: Response, keep_alive: bool) -> None:
+    def _send(self, response: Response, keep_alive: bool, head_only: bool = False) -> None:
         transport = self._transport
         if transport is None:
             return
@@ -229,7 +238,9 @@ class _Connection(asyncio.Protocol):
         elif self._parser.get_http_version() == "1.0":
             head.append(b"Connection: keep-alive\r\n")
         head.append(b"\r\n")
-        if len(body) < 65536:
+        if head_only:
+            transport.write(b"".join(head))
+        elif len(body) < 65536:
             head.append(body)
             transport.write(b"".join(head))
         else:  # no copy of a large body
@@ -259,6 +270,7 @@ class _Connection(asyncio.Protocol):
 
     # ---- streamed responses (message.Connection) ---------------------------------------------------------------
     def start_stream(self, status: int, content_type: str) -> None:
+        self._streamed = True
         self._stream_chunked = self._parser.get_http_version() != "1.0"
         coding = b"Transfer-Encoding: chunked\r\n" if self._stream_chunked else b"Connection: close\r\n"
         self._write(
