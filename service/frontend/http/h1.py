@@ -331,9 +331,6 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    def idle(self) -> bool:
-        return self._task is None
-
     def close_when_idle(self) -> None:
         if self._task is None:
             self._close()
