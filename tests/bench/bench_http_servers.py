@@ -150,7 +150,11 @@ def main() -> None:
                     print(f"round {r} {name} c={c}: {rate:.0f} req/s, {cpu_us:.1f} µs CPU/request", file=sys.stderr)
             finally:
                 proc.terminate()
-                proc.wait()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
     print("\n| server | c | requests/s (median) | server CPU µs/request (median) |")
     print("|---|---|---|---|")
     for name in args.servers:
