@@ -12,7 +12,7 @@ import mmap
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from concurrent.futures import Future
 from typing import Any
 
@@ -208,10 +208,11 @@ class WorkerChannel:
         with self._read_lock:
             return self.recv()
 
-    def read_one_unless(self, ready: Callable[[], bool]) -> Any:
-        """read_one(), unless `ready()` is true once the read lock is held (then None, nothing read)."""
+    def read_one_unless(self, pending: Sized) -> Any:
+        """read_one(), unless `pending` (the work queue a reader adds to) is not empty once the read lock is
+        held (then None, nothing read)."""
         with self._read_lock:
-            return None if ready() else self.recv()
+            return None if pending else self.recv()
 
     def wait_for(self, future: Future[Any]) -> Any:
         """Block until `future` is resolved, reading and dispatching frames while nobody else reads."""
