@@ -159,6 +159,8 @@ class Respond(msgspec.Struct, tag="resp", array_like=True, omit_defaults=True):
     null: bool = False
     # the error is a response the model returned (not an exception from execute): a success for statistics
     model_error: bool = False
+    # the batch's ExecDone riding in its last response (one frame less per batch; see with_done)
+    done: ExecDone | None = None
 
 
 class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True):
@@ -276,6 +278,17 @@ Message = (
     | MetricReply
     | MetricUpdate
 )
+
+
+def with_done(held: list[Any], done: Any) -> list[Any]:
+    """A batch's held messages followed by its ExecDone: when the last one is a response, the ExecDone rides in
+    it (Respond.done; the receiver handles it right after that response, as if it came next)."""
+    if held and type(held[-1]) is Respond and held[-1].done is None:
+        held[-1].done = done
+    else:
+        held.append(done)
+    return held
+
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(Message)

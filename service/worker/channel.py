@@ -131,7 +131,7 @@ class WorkerChannel:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._send_lock = threading.Lock()
-        self._corked: list[bytes] | None = None
+        self._corked: list[Any] | None = None  # responses held back (messages, encoded at uncork)
         self._read_lock = threading.Lock()
         self._buf = bytearray(1 << 16)  # received bytes; [_pos, _end) not yet decoded
         self._pos = 0
@@ -150,12 +150,13 @@ class WorkerChannel:
     # ---- framing -------------------------------------------------------------------------------------
     def send(self, message: Any) -> None:
         """Send one message (thread-safe); responses are held back while corked (requests never are)."""
-        frame = ipc.encode(message)
         with self._send_lock:
             if self._corked is not None and type(message) is ipc.Respond:
-                self._corked.append(frame)
-            else:
-                self.sock.sendall(frame)
+                self._corked.append(message)
+                return
+        frame = ipc.encode(message)
+        with self._send_lock:
+            self.sock.sendall(frame)
 
     def cork(self) -> None:
         """Hold frames back until uncork(), so a batch's responses and ExecDone leave in one write."""
@@ -163,13 +164,16 @@ class WorkerChannel:
             self._corked = []
 
     def uncork(self, last: Any = None) -> None:
-        """Send the held frames (plus `last`) in one write and stop holding."""
+        """Send the held responses (plus `last`, an ExecDone: inside the last response when there is one) in one
+        write and stop holding."""
         with self._send_lock:
-            frames, self._corked = self._corked or [], None
+            held, self._corked = self._corked or [], None
             if last is not None:
-                frames.append(ipc.encode(last))
-            if frames:
-                self.sock.sendall(b"".join(frames))
+                held = ipc.with_done(held, last)
+            if len(held) == 1:
+                self.sock.sendall(ipc.encode(held[0]))
+            elif held:
+                self.sock.sendall(b"".join([ipc.encode(m) for m in held]))
 
     def _fill(self, need: int) -> None:
         """Read until at least `need` unread bytes are buffered: one recv takes whatever the socket holds (a

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -18,6 +18,7 @@ from service.frontend.grpc import large as grpc_large
 from service.frontend.grpc.codec import UNPARSABLE
 
 log = logging.getLogger("trireme.grpc")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
@@ -120,9 +121,11 @@ class HandlerFactory:
         """A unary-unary handler for `behavior` (method key as in API_GROUPS); `deserialize` replaces
         _deserializer(parse) when given."""
         rule = self._rule(key)
-        reject = self._reject_unparsable
+        reject = self.reject_unparsable
 
-        if rule is None:
+        if rule is None and getattr(behavior, "checks_unparsable", False):
+            handler = behavior  # it answers UNPARSABLE itself: no wrapping coroutine per call
+        elif rule is None:
 
             async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 if request is UNPARSABLE:
@@ -158,13 +161,21 @@ class HandlerFactory:
             handler, request_deserializer=_deserializer(parse), response_serializer=serialize
         )
 
-    async def _reject_unparsable(self, context: grpc.aio.ServicerContext) -> None:
+    async def reject_unparsable(self, context: grpc.aio.ServicerContext) -> None:
+        """Abort a call whose request body is not valid protobuf (INVALID_ARGUMENT), with a rate-limited log."""
         self.note_unparsable(context)
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, UNPARSABLE_MESSAGE)
 
     def note_unparsable(self, context: grpc.aio.ServicerContext) -> None:
         """One rate-limited log line for a request body that is not valid protobuf."""
         self.unparsable_log.warning("rejected a request that is not valid protobuf from %s", context.peer())
+
+
+def checks_unparsable(behavior: _F) -> _F:
+    """Mark a unary servicer method that starts with `if request is UNPARSABLE: await reject_unparsable(...)`
+    itself: HandlerFactory then registers it as it is, without a wrapping coroutine (the hot ModelInfer)."""
+    behavior.checks_unparsable = True  # type: ignore[attr-defined]
+    return behavior
 
 
 async def _check_header(context: grpc.aio.ServicerContext, header: str, value: str) -> None:

@@ -17,11 +17,13 @@ from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
 from service.frontend.grpc import large as grpc_large
 from service.frontend.grpc import stream as grpc_stream
+from service.frontend.grpc.codec import UNPARSABLE
 from service.frontend.grpc.handlers import (
     HEALTH_SERVICE,
     INFERENCE_SERVICE,
     HandlerFactory,
     add_service,
+    checks_unparsable,
     health_handlers,
     inference_handlers,
 )
@@ -131,7 +133,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return codec.index_response(self.engine.repository_index(request.ready))
 
     # ---- inference ------------------------------------------------------------------------------------------
+    @checks_unparsable
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        if request is UNPARSABLE:
+            await self.handlers.reject_unparsable(context)
         # one path; tracing and stage timestamps watch it (observers.py), none on the common untraced call
         engine = self.engine
         observers = (
