@@ -74,7 +74,11 @@ MODELS = {
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--trace-children=yes", "--vgdb=yes"]
 
 
-def start(kind: str, work: Path, port: int, prefix: list[str]) -> subprocess.Popen[bytes]:
+TRITON_POOL = 256 << 20  # Triton's Python-backend shm pool for large tensors, as bench_shm.py (Trireme's arena size)
+LARGE_TENSOR = 1 << 20  # tensors from this size on: Triton gets TRITON_POOL, the warm-up runs at c=2
+
+
+def start(kind: str, work: Path, port: int, prefix: list[str], shape: int = 16) -> subprocess.Popen[bytes]:
     """Start one server of `kind` on port (its repository under work), wrapped in prefix; does not wait."""
     repo = work / f"repo_{kind}"
     if not repo.exists():
@@ -86,7 +90,8 @@ def start(kind: str, work: Path, port: int, prefix: list[str]) -> subprocess.Pop
         cmd += ["--registered"] if kind == "echo_registered" else []
         return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     if kind == "triton":
-        return start_triton(repo, port, log, prefix=prefix)
+        pool = [f"--backend-config=python,shm-default-byte-size={TRITON_POOL}"] if 4 * shape >= LARGE_TENSOR else []
+        return start_triton(repo, port, log, pool, prefix=prefix)
     return start_trireme(repo, port, log, prefix=prefix)
 
 
@@ -131,13 +136,14 @@ def served(kind: str, port: int) -> int:
 def cpu_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], list[dict[str, float]]]:
     """Phase 1: {(server, c): per-round {"ips", "server", "children"}} from /proc."""
     ports = {k: free_port() for k in args.servers}
-    procs = {k: start(k, work, ports[k], ["taskset", "-c", SERVER_CPU]) for k in args.servers}
+    procs = {k: start(k, work, ports[k], ["taskset", "-c", SERVER_CPU], args.shape) for k in args.servers}
     out: dict[tuple[str, int], list[dict[str, float]]] = {}
     try:
         for k in args.servers:
             wait_ready(ports[k], procs[k], MODELS[k], 180)
             warm = max(20, min(1000, (64 << 20) // (4 * args.shape)))  # fewer for large tensors
-            pa(ports[k], MODELS[k], 8, warm, args.shape)  # warm-up
+            # warm-up (c=2 for large tensors: eight 64 MiB requests in flight at once need GBs in every copy)
+            pa(ports[k], MODELS[k], 2 if 4 * args.shape >= LARGE_TENSOR else 8, warm, args.shape)
         names = list(args.servers)
         for r in range(args.rounds):
             for c in args.concurrency:
@@ -194,7 +200,7 @@ def callgrind_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int
     for k in kinds:
         port = free_port()
         prefix = ["taskset", "-c", SERVER_CPU, *VALGRIND, f"--callgrind-out-file={work}/cg.%p"]
-        proc = start(k, work, port, prefix)
+        proc = start(k, work, port, prefix, args.shape)
         try:
             wait_ready(port, proc, MODELS[k], 900)
             pids = process_tree(proc.pid)
