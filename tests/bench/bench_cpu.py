@@ -75,7 +75,7 @@ VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--trace-child
 
 
 TRITON_POOL = 256 << 20  # Triton's Python-backend shm pool for large tensors, as bench_shm.py (Trireme's arena size)
-LARGE_TENSOR = 1 << 20  # tensors from this size on: Triton gets TRITON_POOL, the warm-up runs at c=2
+LARGE_TENSOR = 1 << 20  # tensors from this size on: Triton gets TRITON_POOL, the warm-up runs at c=1
 
 
 def start(kind: str, work: Path, port: int, prefix: list[str], shape: int = 16) -> subprocess.Popen[bytes]:
@@ -142,8 +142,9 @@ def cpu_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], lis
         for k in args.servers:
             wait_ready(ports[k], procs[k], MODELS[k], 180)
             warm = max(20, min(1000, (64 << 20) // (4 * args.shape)))  # fewer for large tensors
-            # warm-up (c=2 for large tensors: eight 64 MiB requests in flight at once need GBs in every copy)
-            pa(ports[k], MODELS[k], 2 if 4 * args.shape >= LARGE_TENSOR else 8, warm, args.shape)
+            # warm-up (c=1 for large tensors: eight 64 MiB requests in flight at once need GBs in every copy, and
+            # Triton 2.51's Python stub was reported unhealthy at c=2 with 64 MiB over the wire)
+            pa(ports[k], MODELS[k], 1 if 4 * args.shape >= LARGE_TENSOR else 8, warm, args.shape)
         names = list(args.servers)
         for r in range(args.rounds):
             for c in args.concurrency:
