@@ -285,7 +285,7 @@ def report(
             cells = [
                 k,
                 str(c),
-                f"{med(k, c, 'ips'):.0f}" if cpu else "-",
+                f"{med(k, c, 'ips'):.{0 if med(k, c, 'ips') >= 10 else 2}f}" if cpu else "-",
                 f"{med(k, c, 'server'):.0f}" if cpu else "-",
                 f"{med(k, c, 'children'):.0f}" if cpu else "-",
                 f"{med(k, c, 'wakeups'):.1f}" if cpu else "-",
