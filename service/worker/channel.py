@@ -263,6 +263,9 @@ class WorkerChannel:
         """Describe an output for the server; bytes go to the client's region, inline, or the out arena."""
         datatype = numpy_to_datatype(array.dtype)
         shape = list(array.shape)
+        if target is None and datatype != "BYTES" and array.nbytes <= ipc.INLINE_LIMIT:
+            # the common small output: its bytes in C order in one call (numpy_to_raw + bytes() cost several)
+            return ipc.TensorMsg(name, datatype, shape, data=array.tobytes())
         raw = numpy_to_raw(array)
         nbytes = len(raw) if isinstance(raw, bytes) else raw.nbytes
         if target is not None:
