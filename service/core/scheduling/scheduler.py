@@ -299,12 +299,10 @@ class InstanceScheduler(Scheduler):
         self._pump()
 
     def _record(self, batch: list[InferRequest], done: ipc.ExecDone) -> None:
-        size = ok = 0  # plain loops, not sum(<generator>): this runs per execution
+        size = ok = 0  # a loop, not sum(<generator>); nv_inference_count leaves out failed requests, as Triton's
         for r in batch:
             size += r.batch_size
-            # nv_inference_count leaves out the requests the execution failed, as Triton's does
-            if r.context is None or not r.context.failed:
-                ok += r.batch_size
+            ok += r.batch_size if r.context is None or not r.context.failed else 0
         self.stats.record_execution(
             size, done.compute_input_ns, done.compute_infer_ns, done.compute_output_ns, inferences=ok
         )
@@ -377,6 +375,10 @@ class DirectScheduler(InstanceScheduler):
 
     def pending_count(self) -> int:
         return len(self.queue) + self.handed_over_count()
+
+    def _pump(self) -> None:
+        if self.queue:  # nothing queued (the common case after each execution): no slot or batch lookups
+            super()._pump()
 
     def _next_batch(self) -> list[InferRequest] | None:
         while self.queue:
