@@ -7,8 +7,12 @@ import os
 import sys
 
 # glibc returns every >128 KiB allocation to the OS at once, so each MiB-sized protobuf field costs page faults
-# on every request (measured: ~2x slower at 1 MiB tensors). Raise the thresholds unless the user set them.
-MALLOC_DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": "67108864", "MALLOC_TRIM_THRESHOLD_": "536870912"}
+# on every request (measured: ~2x slower at 1 MiB tensors). Large messages too: grpc copies each received
+# message into one bytes object and each response into its send buffer on the event-loop thread with the GIL
+# held, and into fresh pages a 100 MiB copy takes ~40 ms of page faults instead of ~5 ms (every other client
+# waits meanwhile). Buffers up to 512 MiB therefore come from the heap and stay mapped when freed (up to the
+# trim threshold), unless the user set the variables. docs/benchmarks.md "Large messages" has the numbers.
+MALLOC_DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": "536870912", "MALLOC_TRIM_THRESHOLD_": "536870912"}
 
 
 def _reexec_with_malloc_tuning() -> None:

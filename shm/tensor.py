@@ -138,7 +138,10 @@ def raw_to_numpy(buffer: bytes | bytearray | memoryview, datatype: str, shape: S
     """View (no copy) of raw little-endian bytes as an array; BYTES is deserialized."""
     if datatype == "BYTES":
         return bytes_to_numpy(buffer, shape)
-    return np.frombuffer(buffer, dtype=DATATYPE_TO_NUMPY[datatype]).reshape(tuple(shape))
+    array = np.frombuffer(buffer, DATATYPE_TO_NUMPY[datatype])
+    if len(shape) == 1 and len(array) == shape[0]:
+        return array  # already that shape: no reshape (a numpy call per input, per request)
+    return array.reshape(tuple(shape))
 
 
 def numpy_to_raw(array: np.ndarray) -> bytes | memoryview:

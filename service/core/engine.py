@@ -274,11 +274,11 @@ class Engine:
             request.trace.stamp("REQUEST_START")
         mv = self.repository.get(request.model_name, request.model_version)
         request.model_version = str(mv.version)
-        self.shm_holds.resolve(request)
+        held = self.shm_holds.resolve(request)
         try:
             assert mv.signature is not None
             validate_request(request, mv.signature)
-            if request in self.shm_holds:
+            if held:
                 self.shm_holds.check_bytes(request)
         except BaseException:
             self.release_shm(request)

@@ -83,14 +83,12 @@ class FrameDispatch:
 
     def on_message(self, message: Any) -> None:
         """Route one frame from the worker."""
-        if isinstance(message, ipc.Respond):
+        if type(message) is ipc.Respond:
             self._on_respond(message)
+            if message.done is not None:  # the batch's ExecDone rode in its last response
+                self._on_exec_done(message.done)
         elif isinstance(message, ipc.ExecDone):
-            _rids, on_done = self.batches.pop(message.batch_id, ([], None))
-            if on_done is not None:
-                on_done(self, message)
-            if self._idle is not None:
-                self._check_idle()
+            self._on_exec_done(message)
         elif isinstance(message, ipc.ReadyReply):
             self.readiness.on_reply(message)
         elif isinstance(message, ipc.Ready | ipc.Failed):
@@ -102,6 +100,13 @@ class FrameDispatch:
                 handler(message)
             else:
                 log.warning("unexpected message %s from worker %s", type(message).__name__, self.spec.instance_name)
+
+    def _on_exec_done(self, message: ipc.ExecDone) -> None:
+        _rids, on_done = self.batches.pop(message.batch_id, ([], None))
+        if on_done is not None:
+            on_done(self, message)
+        if self._idle is not None:
+            self._check_idle()
 
     def _on_respond(self, msg: ipc.Respond) -> None:
         rec = self.inflight.get(msg.rid)

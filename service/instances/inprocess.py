@@ -93,7 +93,7 @@ class InProcessChannel(WorkerChannel):
         with self._send_lock:
             held, self._held = self._held or [], None
         if last is not None:
-            held.append(last)
+            held = ipc.with_done(held, last)
         if held:
             self._post(held)
 

@@ -8,6 +8,7 @@ registered region, and the frame carries (offset, nbytes).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -158,6 +159,8 @@ class Respond(msgspec.Struct, tag="resp", array_like=True, omit_defaults=True):
     null: bool = False
     # the error is a response the model returned (not an exception from execute): a success for statistics
     model_error: bool = False
+    # the batch's ExecDone riding in its last response (one frame less per batch; see with_done)
+    done: ExecDone | None = None
 
 
 class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True):
@@ -276,6 +279,17 @@ Message = (
     | MetricUpdate
 )
 
+
+def with_done(held: list[Any], done: Any) -> list[Any]:
+    """A batch's held messages followed by its ExecDone: when the last one is a response, the ExecDone rides in
+    it (Respond.done; the receiver handles it right after that response, as if it came next)."""
+    if held and type(held[-1]) is Respond and held[-1].done is None:
+        held[-1].done = done
+    else:
+        held.append(done)
+    return held
+
+
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(Message)
 
@@ -286,6 +300,6 @@ def encode(message: Any) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def decode(payload: bytes | memoryview) -> Any:
-    """Decode one frame's payload (without the length prefix)."""
-    return _decoder.decode(payload)
+# decode(payload): one frame's payload (without the length prefix) -> message; the decoder's own method, so a
+# frame costs no Python-level call around it (this runs once per frame on both sides)
+decode: Callable[[bytes | memoryview], Any] = _decoder.decode

@@ -89,6 +89,8 @@ class BlsClient:
 
     def flush(self) -> None:
         """Give back input-arena blocks whose arrays the model dropped (called after each batch)."""
+        if not self._released:
+            return
         offsets = self._take_released()
         if offsets:
             self.channel.send(ipc.BlsRelease(offsets))

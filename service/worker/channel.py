@@ -12,7 +12,7 @@ import mmap
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from concurrent.futures import Future
 from typing import Any
 
@@ -131,7 +131,7 @@ class WorkerChannel:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._send_lock = threading.Lock()
-        self._corked: list[bytes] | None = None
+        self._corked: list[Any] | None = None  # responses held back (messages, encoded at uncork)
         self._read_lock = threading.Lock()
         self._buf = bytearray(1 << 16)  # received bytes; [_pos, _end) not yet decoded
         self._pos = 0
@@ -150,12 +150,13 @@ class WorkerChannel:
     # ---- framing -------------------------------------------------------------------------------------
     def send(self, message: Any) -> None:
         """Send one message (thread-safe); responses are held back while corked (requests never are)."""
-        frame = ipc.encode(message)
         with self._send_lock:
             if self._corked is not None and type(message) is ipc.Respond:
-                self._corked.append(frame)
-            else:
-                self.sock.sendall(frame)
+                self._corked.append(message)
+                return
+        frame = ipc.encode(message)
+        with self._send_lock:
+            self.sock.sendall(frame)
 
     def cork(self) -> None:
         """Hold frames back until uncork(), so a batch's responses and ExecDone leave in one write."""
@@ -163,13 +164,16 @@ class WorkerChannel:
             self._corked = []
 
     def uncork(self, last: Any = None) -> None:
-        """Send the held frames (plus `last`) in one write and stop holding."""
+        """Send the held responses (plus `last`, an ExecDone: inside the last response when there is one) in one
+        write and stop holding."""
         with self._send_lock:
-            frames, self._corked = self._corked or [], None
+            held, self._corked = self._corked or [], None
             if last is not None:
-                frames.append(ipc.encode(last))
-            if frames:
-                self.sock.sendall(b"".join(frames))
+                held = ipc.with_done(held, last)
+            if len(held) == 1:
+                self.sock.sendall(ipc.encode(held[0]))
+            elif held:
+                self.sock.sendall(b"".join([ipc.encode(m) for m in held]))
 
     def _fill(self, need: int) -> None:
         """Read until at least `need` unread bytes are buffered: one recv takes whatever the socket holds (a
@@ -208,10 +212,11 @@ class WorkerChannel:
         with self._read_lock:
             return self.recv()
 
-    def read_one_unless(self, ready: Callable[[], bool]) -> Any:
-        """read_one(), unless `ready()` is true once the read lock is held (then None, nothing read)."""
+    def read_one_unless(self, pending: Sized) -> Any:
+        """read_one(), unless `pending` (the work queue a reader adds to) is not empty once the read lock is
+        held (then None, nothing read)."""
         with self._read_lock:
-            return None if ready() else self.recv()
+            return None if pending else self.recv()
 
     def wait_for(self, future: Future[Any]) -> Any:
         """Block until `future` is resolved, reading and dispatching frames while nobody else reads."""
@@ -258,6 +263,9 @@ class WorkerChannel:
         """Describe an output for the server; bytes go to the client's region, inline, or the out arena."""
         datatype = numpy_to_datatype(array.dtype)
         shape = list(array.shape)
+        if target is None and datatype != "BYTES" and array.nbytes <= ipc.INLINE_LIMIT:
+            # the common small output: its bytes in C order in one call (numpy_to_raw + bytes() cost several)
+            return ipc.TensorMsg(name, datatype, shape, data=array.tobytes())
         raw = numpy_to_raw(array)
         nbytes = len(raw) if isinstance(raw, bytes) else raw.nbytes
         if target is not None:

@@ -160,7 +160,7 @@ class Worker:
         self.channel.on_message = self.on_message
         while self.running:
             if not self.executions:
-                message = self.channel.read_one_unless(lambda: bool(self.executions))
+                message = self.channel.read_one_unless(self.executions)
                 if message is not None:
                     self.on_message(message)
                 continue

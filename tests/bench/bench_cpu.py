@@ -2,7 +2,9 @@
 
 Servers (each pinned to CPU 0 with taskset, the client pinned to CPU 1):
 - `echo`: tests/bench/echo_server.py, a bare grpc.aio + uvloop server that echoes INPUT0 (the floor: what
-  grpc.aio itself costs per request, no core, no worker);
+  grpc.aio itself costs per request, no core, no worker), its methods registered as Trireme's are;
+- `echo_registered`: the same, its methods also registered as grpc "registered methods" (the generated
+  add_*_to_server function's way, and Trireme's until it dropped it): the floor as first measured;
 - `trireme`: Trireme with the default worker-process instance;
 - `in_process`, `inline`: Trireme with the in-process instance modes (TRIREME_INSTANCE_MODE);
 - `triton`: real Triton 2.51 (Python backend), /proc CPU only unless --callgrind-triton.
@@ -22,7 +24,8 @@ Two phases:
    pollers): it is small against the per-request cost and is not subtracted.
 
 Usage: .venv/bin/python tests/bench/bench_cpu.py [--requests 5000] [--cg-requests 1000] [--concurrency 1 8]
-       [--servers echo trireme in_process inline triton] [--rounds 3] [--no-callgrind] [--callgrind-triton]
+       [--servers echo echo_registered trireme in_process inline triton] [--rounds 3] [--no-callgrind]
+       [--callgrind-triton]
        [--shape 262144] [--shm]   (--shm: system shared memory for inputs and outputs; not for the echo)
 Prints markdown tables.
 """
@@ -58,23 +61,37 @@ from tests.bench.servers import (  # noqa: E402
 )
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
-ALL = ("echo", "trireme", "in_process", "inline", "triton")
-MODELS = {"echo": MODEL, "trireme": MODEL, "triton": MODEL, "in_process": MODEL_IN_PROCESS, "inline": MODEL_INLINE}
+ALL = ("echo", "echo_registered", "trireme", "in_process", "inline", "triton")
+ECHOES = ("echo", "echo_registered")
+MODELS = {
+    "echo": MODEL,
+    "echo_registered": MODEL,
+    "trireme": MODEL,
+    "triton": MODEL,
+    "in_process": MODEL_IN_PROCESS,
+    "inline": MODEL_INLINE,
+}
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--trace-children=yes", "--vgdb=yes"]
 
 
-def start(kind: str, work: Path, port: int, prefix: list[str]) -> subprocess.Popen[bytes]:
+TRITON_POOL = 256 << 20  # Triton's Python-backend shm pool for large tensors, as bench_shm.py (Trireme's arena size)
+LARGE_TENSOR = 1 << 20  # tensors from this size on: Triton gets TRITON_POOL, the warm-up runs at c=1
+
+
+def start(kind: str, work: Path, port: int, prefix: list[str], shape: int = 16) -> subprocess.Popen[bytes]:
     """Start one server of `kind` on port (its repository under work), wrapped in prefix; does not wait."""
     repo = work / f"repo_{kind}"
     if not repo.exists():
         mode = {"in_process": "in_process", "inline": "in_process_inline"}.get(kind, False)
         write_identity(repo, MODELS[kind], in_process=mode)
     log = work / f"{kind}_{port}.log"
-    if kind == "echo":
+    if kind in ECHOES:
         cmd = [*prefix, sys.executable, str(ROOT / "tests" / "bench" / "echo_server.py"), "--port", str(port)]
+        cmd += ["--registered"] if kind == "echo_registered" else []
         return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     if kind == "triton":
-        return start_triton(repo, port, log, prefix=prefix)
+        pool = [f"--backend-config=python,shm-default-byte-size={TRITON_POOL}"] if 4 * shape >= LARGE_TENSOR else []
+        return start_triton(repo, port, log, pool, prefix=prefix)
     return start_trireme(repo, port, log, prefix=prefix)
 
 
@@ -113,19 +130,21 @@ def pa(port: int, model: str, concurrency: int, requests: int, shape: int = 16, 
 
 def served(kind: str, port: int) -> int:
     """Requests the server has counted (the echo counts nothing: 0)."""
-    return 0 if kind == "echo" else inference_counts(port, MODELS[kind])[0]
+    return 0 if kind in ECHOES else inference_counts(port, MODELS[kind])[0]
 
 
 def cpu_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], list[dict[str, float]]]:
     """Phase 1: {(server, c): per-round {"ips", "server", "children"}} from /proc."""
     ports = {k: free_port() for k in args.servers}
-    procs = {k: start(k, work, ports[k], ["taskset", "-c", SERVER_CPU]) for k in args.servers}
+    procs = {k: start(k, work, ports[k], ["taskset", "-c", SERVER_CPU], args.shape) for k in args.servers}
     out: dict[tuple[str, int], list[dict[str, float]]] = {}
     try:
         for k in args.servers:
             wait_ready(ports[k], procs[k], MODELS[k], 180)
             warm = max(20, min(1000, (64 << 20) // (4 * args.shape)))  # fewer for large tensors
-            pa(ports[k], MODELS[k], 8, warm, args.shape)  # warm-up
+            # warm-up (c=1 for large tensors: eight 64 MiB requests in flight at once need GBs in every copy, and
+            # Triton 2.51's Python stub was reported unhealthy at c=2 with 64 MiB over the wire)
+            pa(ports[k], MODELS[k], 1 if 4 * args.shape >= LARGE_TENSOR else 8, warm, args.shape)
         names = list(args.servers)
         for r in range(args.rounds):
             for c in args.concurrency:
@@ -133,7 +152,7 @@ def cpu_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], lis
                     pid, n0, before = procs[k].pid, served(k, ports[k]), tree_usage(procs[k].pid)
                     ips = pa(ports[k], MODELS[k], c, args.requests, args.shape)
                     after, n1 = tree_usage(pid), served(k, ports[k])
-                    if k != "echo" and n1 - n0 != args.requests:
+                    if k not in ECHOES and n1 - n0 != args.requests:
                         print(f"note: {k} counted {n1 - n0} requests for {args.requests} sent", file=sys.stderr)
                     usage = usage_per_request(before, after, args.requests, pid)
                     row = {
@@ -182,7 +201,7 @@ def callgrind_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int
     for k in kinds:
         port = free_port()
         prefix = ["taskset", "-c", SERVER_CPU, *VALGRIND, f"--callgrind-out-file={work}/cg.%p"]
-        proc = start(k, work, port, prefix)
+        proc = start(k, work, port, prefix, args.shape)
         try:
             wait_ready(port, proc, MODELS[k], 900)
             pids = process_tree(proc.pid)
@@ -223,7 +242,7 @@ def main() -> None:
     ap.add_argument("--shm", action="store_true", help="inputs and outputs through system shared memory")
     args = ap.parse_args()
     if args.shm:  # the echo has no shared-memory RPCs
-        args.servers = [k for k in args.servers if k != "echo"]
+        args.servers = [k for k in args.servers if k not in ECHOES]
         SHM[:] = ["--shared-memory", "system", "--output-shared-memory-size", str(args.shape * 4)]
     work = Path(tempfile.mkdtemp(prefix="bench_cpu_"))
     try:
@@ -252,25 +271,28 @@ def report(
     )
     print(
         "| server | c | infer/s | server CPU µs/req | children CPU µs/req | server wake-ups/req "
-        "| server Ir/req | children Ir/req | total Ir ÷ echo | idle Ir/s |"
+        "| server Ir/req | children Ir/req | total Ir ÷ echo | total Ir ÷ echo_registered | idle Ir/s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for c in args.concurrency:
         echo_ir = ir.get(("echo", c), {}).get("server", 0.0)
+        echo_reg_ir = ir.get(("echo_registered", c), {}).get("server", 0.0)
         for k in args.servers:
             g = ir.get((k, c))
             total = (g["server"] + g["children"]) if g else 0.0
             ratio = f"{total / echo_ir:.2f}" if g and echo_ir else "-"
+            ratio_reg = f"{total / echo_reg_ir:.2f}" if g and echo_reg_ir else "-"
             cells = [
                 k,
                 str(c),
-                f"{med(k, c, 'ips'):.0f}" if cpu else "-",
+                f"{med(k, c, 'ips'):.{0 if med(k, c, 'ips') >= 10 else 2}f}" if cpu else "-",
                 f"{med(k, c, 'server'):.0f}" if cpu else "-",
                 f"{med(k, c, 'children'):.0f}" if cpu else "-",
                 f"{med(k, c, 'wakeups'):.1f}" if cpu else "-",
                 f"{g['server'] / 1e3:.0f}k" if g else "-",
                 f"{g['children'] / 1e3:.0f}k" if g else "-",
                 ratio,
+                ratio_reg,
                 f"{g['idle'] / 1e3:.0f}k" if g else "-",
             ]
             print("| " + " | ".join(cells) + " |")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -50,6 +51,7 @@ MODEL = "identity_fp32_any"
 ROOT_PA = ANCHORS / "bin" / "perf_analyzer"
 STABILITY = ["-p", "3000", "-s", "20", "-r", "12"]
 SIZES = {"16 floats": 16, "1 MiB": 262144}
+SERVER_PREFIX: list[str] = []  # --pin: ["taskset", "-c", "0"] (the load generators then run on CPU 1)
 
 
 def perf(
@@ -137,8 +139,12 @@ def median(rows: list[dict[str, float]], key: str) -> float:
 def bench_http(work: Path, repo: Path, rounds: int) -> None:
     ports = {name: (free_port(), free_port()) for name in ("trireme", "triton")}
     procs = {
-        "trireme": start_trireme(repo, ports["trireme"][0], work / "trireme.log", http_port=ports["trireme"][1]),
-        "triton": start_triton(repo, ports["triton"][0], work / "triton.log", http_port=ports["triton"][1]),
+        "trireme": start_trireme(
+            repo, ports["trireme"][0], work / "trireme.log", http_port=ports["trireme"][1], prefix=SERVER_PREFIX
+        ),
+        "triton": start_triton(
+            repo, ports["triton"][0], work / "triton.log", http_port=ports["triton"][1], prefix=SERVER_PREFIX
+        ),
     }
     body = work / "body16.json"
     body.write_text(
@@ -320,8 +326,14 @@ def main(argv: Any = None) -> None:
     ap.add_argument("--parts", nargs="+", default=parts, choices=parts)
     ap.add_argument("--stability", default=" ".join(STABILITY), help="perf_analyzer -p/-s/-r arguments")
     ap.add_argument("--pairs", type=int, default=20, help="probed/quiet slice pairs of the probes part")
+    ap.add_argument(
+        "--pin", action="store_true", help="per-core figures: servers (and their workers) on CPU 0, load on CPU 1"
+    )
     args = ap.parse_args(argv)
     STABILITY[:] = args.stability.split()
+    if args.pin:
+        SERVER_PREFIX[:] = ["taskset", "-c", "0"]
+        os.sched_setaffinity(0, {1})  # perf_analyzer and ab inherit this process's CPU
     work = Path(tempfile.mkdtemp(prefix="bench_http_"))
     repo = work / "repo"
     repo.mkdir()

@@ -6,7 +6,11 @@ request above this is ours. Serves just enough of GRPCInferenceService for perf_
 (ServerLive/Ready, ModelReady, ModelMetadata, ModelConfig, ModelStatistics, ModelInfer) for one unbatched FP32
 `[-1]` identity model of any name.
 
-Usage: python tests/bench/echo_server.py --port PORT
+Methods are registered the way Trireme's front end registers them (a generic handler only); --registered also
+registers them as grpc "registered methods", as the generated add_*_to_server function does (the floor before
+Trireme dropped that: ~115k instructions more per call, see docs/benchmarks.md).
+
+Usage: python tests/bench/echo_server.py --port PORT [--registered]
 """
 
 from __future__ import annotations
@@ -73,10 +77,28 @@ class Echo(pb_grpc.GRPCInferenceServiceServicer):
         return msg
 
 
-async def serve(port: int) -> None:
-    """Serve until killed."""
+class _Captured:
+    """Stands in for the server while the generated add_*_to_server function registers the servicer."""
+
+    generic: Any = ()
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        self.generic = handlers
+
+    def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
+        pass
+
+
+async def serve(port: int, registered: bool) -> None:
+    """Serve until killed; `registered`: also as grpc "registered methods" (what the generated code does;
+    Trireme's front end registers only the generic handler, see service/frontend/grpc/handlers.add_service)."""
     server = grpc.aio.server(options=OPTIONS)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), server)
+    if registered:
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), server)
+    else:
+        captured = _Captured()
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), captured)
+        server.add_generic_rpc_handlers(captured.generic)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print("Started GRPCInferenceService (echo)", flush=True)
@@ -87,7 +109,9 @@ def main() -> None:
     """Parse --port and run on uvloop."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--port", type=int, required=True)
-    uvloop.run(serve(ap.parse_args().port))
+    ap.add_argument("--registered", action="store_true", help="also register the methods as registered methods")
+    args = ap.parse_args()
+    uvloop.run(serve(args.port, args.registered))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ section "CPU per request (instructions, CPU time, echo floor)"; run $PY tests/be
 section "Core path";                run $PY tests/bench/bench_core_vs_triton.py --rounds 3
 section "Hot path (worker, in-process, inline vs Triton)"; run $PY tests/bench/bench_hotpath.py --rounds 3
 section "Large messages (small requests while 100 MiB ones stream)"; run $PY tests/bench/bench_large.py --rounds 3
+run $PY tests/bench/bench_large.py --rounds 3 --big-client process --loop-cost 0
 section "Worker control channel";   run env PYTHONPATH=. $PY tests/bench/bench_ipc.py
 section "Streaming (--streaming)";  run $PY tests/bench/bench_core_vs_triton.py --rounds 3 --concurrency 1 4 --extra-pa-args=--streaming
 section "Shared memory";            run $PY tests/bench/bench_shm.py --rounds 3

@@ -29,8 +29,9 @@ class ShmHolds:
     def __contains__(self, request: InferRequest) -> bool:
         return request in self._holds
 
-    def resolve(self, request: InferRequest) -> None:
-        """Resolve every shm reference of `request` and hold its regions until the final response.
+    def resolve(self, request: InferRequest) -> bool:
+        """Resolve every shm reference of `request` and hold its regions until the final response; whether it
+        holds any.
 
         Holding (registry.acquire) keeps an unregistered region mapped until the request is done; the
         references are dropped by `release` (called from the response hook that `hold_until_final` installs,
@@ -49,6 +50,8 @@ class ShmHolds:
             raise
         if held:
             self._holds[request] = held
+            return True
+        return False
 
     def _resolve(self, ref: ShmRef, held: list[Any]) -> ShmRef:
         registry = self.registry

@@ -5,7 +5,7 @@ from __future__ import annotations
 from service.core.repository.signature import ModelSignature
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest
-from shm.tensor import ELEMENT_SIZE, element_count
+from shm.tensor import ELEMENT_SIZE
 from shm.views import bytes_extent
 
 
@@ -39,113 +39,123 @@ def _shape_str(shape: list[int] | tuple[int, ...]) -> str:
 
 
 def validate_request(request: InferRequest, sig: ModelSignature) -> None:
-    """Check a request; sets request.batch_size. Raises ServiceError(INVALID_ARG) with Triton's wording."""
+    """Check a request; sets request.batch_size. Raises ServiceError(INVALID_ARG) with Triton's wording.
+
+    One function on the common path (the shape and byte-size checks are written out, not called per input):
+    this runs once per request."""
     model = sig.model_name
+    specs = sig.inputs
+    internal = sig.internal_inputs
+    max_batch = sig.max_batch_size
     seen: set[str] = set()
     batch_size = 0
     for t in request.inputs:
-        spec = sig.inputs.get(t.name)
-        if spec is None or t.name in sig.internal_inputs:
-            raise _fail(request, f"unexpected inference input '{t.name}' for model '{model}'")
-        if t.name in seen:
-            raise _fail(request, f"input '{t.name}' already exists in request")
-        seen.add(t.name)
-        if t.datatype != spec.datatype:
+        name = t.name
+        spec = specs.get(name)
+        if spec is None or name in internal:
+            raise _fail(request, f"unexpected inference input '{name}' for model '{model}'")
+        if name in seen:
+            raise _fail(request, f"input '{name}' already exists in request")
+        seen.add(name)
+        datatype = t.datatype
+        if datatype != spec.datatype:
             raise _fail(
                 request,
-                f"inference input '{t.name}' data-type is '{t.datatype}', but model '{model}' expects "
-                f"'{spec.datatype}'",
+                f"inference input '{name}' data-type is '{datatype}', but model '{model}' expects '{spec.datatype}'",
             )
         shape = t.shape
-        if shape and min(shape) < 0:
-            raise _fail(
-                request,
-                f"input '{t.name}' for model '{model}' has a negative dimension in {_shape_str(shape)}",
-            )
-        if sig.max_batch_size > 0:
+        count = 1
+        for d in shape:
+            if d < 0:
+                raise _fail(
+                    request,
+                    f"input '{name}' for model '{model}' has a negative dimension in {_shape_str(shape)}",
+                )
+            count *= d
+        dims = spec.dims
+        if max_batch > 0:
             if not shape:
-                raise _fail(request, f"input '{t.name}' for model '{model}' must have a batch dimension")
+                raise _fail(request, f"input '{name}' for model '{model}' must have a batch dimension")
             this_batch = shape[0]
-            if not 0 < this_batch <= sig.max_batch_size:
+            if not 0 < this_batch <= max_batch:
                 if this_batch == 0:
                     raise _fail(request, f"inference request batch-size must be >= 1 for '{model}'")
-                raise _fail(request, f"inference request batch-size must be <= {sig.max_batch_size} for '{model}'")
+                raise _fail(request, f"inference request batch-size must be <= {max_batch} for '{model}'")
             if batch_size and this_batch != batch_size:
                 raise _fail(
                     request,
-                    f"input '{t.name}' batch size {this_batch} does not match other inputs' batch size "
+                    f"input '{name}' batch size {this_batch} does not match other inputs' batch size "
                     f"{batch_size} for model '{model}'",
                 )
             batch_size = this_batch
-            body = shape[1:]
+            fits = len(dims) == len(shape) - 1
+            if fits:
+                for i, d in enumerate(dims, 1):
+                    if d != shape[i] and d != -1:
+                        fits = False
+                        break
         else:
-            body = shape
-        if not _dims_match(spec.dims, body):
-            expected = [-1, *spec.dims] if sig.max_batch_size > 0 else list(spec.dims)
+            fits = len(dims) == len(shape)
+            if fits:
+                for i, d in enumerate(dims):
+                    if d != shape[i] and d != -1:
+                        fits = False
+                        break
+        if not fits:
+            expected = [-1, *dims] if max_batch > 0 else list(dims)
             raise _fail(
                 request,
-                f"unexpected shape for input '{t.name}' for model '{model}'. Expected {_shape_str(expected)}, "
+                f"unexpected shape for input '{name}' for model '{model}'. Expected {_shape_str(expected)}, "
                 f"got {_shape_str(shape)}",
             )
-        _check_byte_size(request, t.name, t.datatype, shape, t.byte_size(), t.data, model)
-    if len(seen) < len(sig.required_inputs) or not seen.issuperset(sig.required_inputs):
-        missing = [n for n in sig.required_inputs if n not in seen]
-        required = len(sig.required_inputs)
-        allowed = sum(1 for n in sig.inputs if n not in sig.internal_inputs)
-        wanted = f"{required} inputs" if allowed == required else f"number of inputs between {required} and {allowed}"
+        if datatype == "BYTES":
+            _check_bytes(request, name, count, t.data, model)
+        else:
+            actual = t.shm.byte_size if t.shm is not None else len(t.data) if t.data is not None else 0
+            expected_bytes = ELEMENT_SIZE[datatype] * count
+            if actual != expected_bytes:
+                raise _fail(
+                    request,
+                    f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected_bytes}, "
+                    f"got {actual}",
+                )
+    required = sig.required_inputs
+    if len(seen) < len(required) or not seen.issuperset(required):
+        missing = [n for n in required if n not in seen]
+        allowed = sum(1 for n in specs if n not in internal)
+        wanted = (
+            f"{len(required)} inputs"
+            if allowed == len(required)
+            else f"number of inputs between {len(required)} and {allowed}"
+        )
         raise _fail(
             request,
             f"expected {wanted} but got {len(seen)} inputs for model '{model}'. Got input(s) "
             f"{_names([t.name for t in request.inputs])}, but missing required input(s) {_names(missing)}. "
             "Please provide all required input(s).",
         )
+    outputs = sig.outputs
     requested: set[str] = set()
     for o in request.outputs:
-        if o.name not in sig.outputs:
+        if o.name not in outputs:
             raise _fail(request, f"unexpected inference output '{o.name}' for model '{model}'")
         if o.name in requested:
             raise _fail(request, f"output '{o.name}' already exists in request")
         requested.add(o.name)
-    request.batch_size = batch_size if sig.max_batch_size > 0 else 1
+    request.batch_size = batch_size if max_batch > 0 else 1
 
 
-def _dims_match(dims: tuple[int, ...], shape: list[int]) -> bool:
-    """Whether a request's shape (without the batch dim) fits the config's dims (-1: any size)."""
-    if len(dims) != len(shape):
-        return False
-    for d, s in zip(dims, shape, strict=True):  # noqa: SIM110 - a loop: no generator per request
-        if d != s and d != -1:
-            return False
-    return True
-
-
-def _check_byte_size(
-    request: InferRequest,
-    name: str,
-    datatype: str,
-    shape: list[int],
-    actual: int,
-    data: bytes | memoryview | None,
-    model: str,
-) -> None:
-    count = element_count(shape)
-    if datatype == "BYTES":
-        if data is None:
-            return  # in shared memory: Engine checks it in place once the region is resolved
-        try:
-            extent = bytes_extent(data, count)  # walks the prefixes without copying the elements
-        except ValueError as e:
-            raise _fail(request, f"input '{name}' for model '{model}' has malformed BYTES data: {e}") from None
-        if extent != len(data):
-            raise _fail(
-                request,
-                f"input '{name}' for model '{model}' has malformed BYTES data: {count} elements use {extent} "
-                f"of the {len(data)} bytes sent",
-            )
-        return
-    expected = ELEMENT_SIZE[datatype] * count
-    if actual != expected:
+def _check_bytes(request: InferRequest, name: str, count: int, data: bytes | memoryview | None, model: str) -> None:
+    """A BYTES input sent in the request: its length prefixes must fit and the elements fill the bytes sent."""
+    if data is None:
+        return  # in shared memory: Engine checks it in place once the region is resolved
+    try:
+        extent = bytes_extent(data, count)  # walks the prefixes without copying the elements
+    except ValueError as e:
+        raise _fail(request, f"input '{name}' for model '{model}' has malformed BYTES data: {e}") from None
+    if extent != len(data):
         raise _fail(
             request,
-            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, got {actual}",
+            f"input '{name}' for model '{model}' has malformed BYTES data: {count} elements use {extent} "
+            f"of the {len(data)} bytes sent",
         )

@@ -8,25 +8,26 @@ import asyncio
 class DrainSignal:
     """`wait` blocks until the owner calls `empty` (its count of work in flight reached zero) or a timeout."""
 
-    __slots__ = ("_future",)
+    __slots__ = ("waiter",)
 
     def __init__(self) -> None:
-        self._future: asyncio.Future[None] | None = None
+        # what `wait` blocks on; None while nobody waits (owners may test it to skip `empty` per request)
+        self.waiter: asyncio.Future[None] | None = None
 
     async def wait(self, busy: bool, timeout_s: float) -> bool:
         """True at once when not `busy`, else once `empty` is called; False after timeout_s."""
         if not busy:
             return True
-        if self._future is None or self._future.done():
-            self._future = asyncio.get_running_loop().create_future()
+        if self.waiter is None or self.waiter.done():
+            self.waiter = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.wait_for(asyncio.shield(self._future), timeout_s)
+            await asyncio.wait_for(asyncio.shield(self.waiter), timeout_s)
         except TimeoutError:
             return False
         return True
 
     def empty(self) -> None:
         """Nothing is in flight any more: wake whoever waits."""
-        future, self._future = self._future, None
+        future, self.waiter = self.waiter, None
         if future is not None and not future.done():
             future.set_result(None)

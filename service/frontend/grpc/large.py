@@ -103,7 +103,11 @@ def serialize(message: pb.ModelInferResponse | bytes) -> bytes:
 
 def response_bytes(resp: InferResponse) -> int:
     """Payload bytes of a response's outputs."""
-    return sum(len(o.data) if o.data is not None else 0 for o in resp.outputs)
+    n = 0
+    for o in resp.outputs:  # a loop, not sum(<generator>): this runs per response
+        if o.data is not None:
+            n += len(o.data)
+    return n
 
 
 def _header(resp: InferResponse) -> tuple[bytes, list[tuple[bytes, memoryview]]]:

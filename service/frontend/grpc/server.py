@@ -17,16 +17,19 @@ from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
 from service.frontend.grpc import large as grpc_large
 from service.frontend.grpc import stream as grpc_stream
+from service.frontend.grpc.codec import UNPARSABLE
 from service.frontend.grpc.handlers import (
     HEALTH_SERVICE,
     INFERENCE_SERVICE,
     HandlerFactory,
     add_service,
+    checks_unparsable,
     health_handlers,
     inference_handlers,
 )
-from service.frontend.grpc.observers import infer_observers
+from service.frontend.grpc.observers import NO_OBSERVERS, infer_observers
 from service.frontend.status import GRPC_STATUS
+from service.ipc import stagetrace
 from shm.errors import ShmError
 
 log = logging.getLogger("trireme.grpc")
@@ -130,15 +133,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return codec.index_response(self.engine.repository_index(request.ready))
 
     # ---- inference ------------------------------------------------------------------------------------------
+    @checks_unparsable
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        if request is UNPARSABLE:
+            await self.handlers.reject_unparsable(context)
         # one path; tracing and stage timestamps watch it (observers.py), none on the common untraced call
-        observers = infer_observers(self.engine, context)
+        engine = self.engine
+        observers = (
+            NO_OBSERVERS
+            if stagetrace.RECORDER is None and not engine.tracer.enabled
+            else infer_observers(engine, context)
+        )
         try:
             try:  # a plain try here: this is the hot path (see `aborting` for the other RPCs)
                 req = codec.decode_infer_request(request)
                 for o in observers:
                     o.decoded(req)
-                response = await self.engine.infer(req)
+                response = await engine.infer(req)
             except Exception as e:
                 await _abort(context, e)
             for o in observers:

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
-
-from aiohttp import web
 
 from service.core.facade import Facade
 from service.core.observability.stats import DURATION_FIELDS, Duration, ModelStats
 from service.errors import ErrorCode, ServiceError, invalid_arg
+from service.frontend.http.message import Request, Response
 from service.frontend.http.util import json_response, read_json_object
 from shm.errors import ShmError
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Route = Callable[..., None]
 CUDA_IPC_HANDLE_SIZE = 64
 
@@ -51,11 +49,11 @@ def stats_json(name: str, version: str, s: ModelStats) -> dict[str, Any]:
     }
 
 
-def _json(value: object) -> web.Response:
+def _json(value: object) -> Response:
     return json_response(value)
 
 
-_OK = web.Response  # an empty 200
+_OK = Response  # an empty 200
 
 
 class AdminRoutes:
@@ -84,11 +82,11 @@ class AdminRoutes:
         route("/v2/trace/setting", "trace", GET=self.trace, POST=self.trace)
         route("/v2/models/{model}/trace/setting", "trace", GET=self.trace, POST=self.trace)
 
-    async def _body(self, request: web.Request) -> dict[str, Any]:
+    async def _body(self, request: Request) -> dict[str, Any]:
         return await read_json_object(request, self.max_input_size)
 
     # ---- repository -------------------------------------------------------------------------------------
-    async def index(self, request: web.Request) -> web.Response:
+    async def index(self, request: Request) -> Response:
         """[{"name", "version"?, "state"?, "reason"?}] for every (model, version) known; {"ready": true} filters."""
         ready = (await self._body(request)).get("ready", False)
         if not isinstance(ready, bool):
@@ -102,7 +100,7 @@ class AdminRoutes:
             rows.append(row)
         return _json(rows)
 
-    async def load(self, request: web.Request) -> web.Response:
+    async def load(self, request: Request) -> Response:
         """Load or reload a model (explicit mode); parameters.config overrides its config.pbtxt."""
         params = (await self._body(request)).get("parameters") or {}
         if not isinstance(params, dict):
@@ -120,7 +118,7 @@ class AdminRoutes:
         await self.engine.load_model(request.match_info["model"], config_json)
         return _OK()
 
-    async def unload(self, request: web.Request) -> web.Response:
+    async def unload(self, request: Request) -> Response:
         """Unload every version of a model (explicit mode)."""
         params = (await self._body(request)).get("parameters") or {}
         if not isinstance(params, dict) or not isinstance(params.get("unload_dependents", False), bool):
@@ -128,19 +126,19 @@ class AdminRoutes:
         await self.engine.unload_model(request.match_info["model"])
         return _OK()
 
-    async def named_repository(self, request: web.Request) -> web.Response:
+    async def named_repository(self, request: Request) -> Response:
         """A repository name in the path is not supported (as Triton)."""
         raise ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
 
     # ---- shared memory ------------------------------------------------------------------------------------
     @staticmethod
-    def _kind(request: web.Request) -> str:
+    def _kind(request: Request) -> str:
         return "cuda" if request.path.startswith("/v2/cuda") else "system"
 
     def _registry(self) -> Any:
         return self.engine.client_shm()
 
-    async def shm_status(self, request: web.Request) -> web.Response:
+    async def shm_status(self, request: Request) -> Response:
         """[{"name", "key", "offset", "byte_size"}] (system) or [{"name", "device_id", "byte_size"}] (CUDA)."""
         kind, name = self._kind(request), request.match_info.get("region", "")
         registry = self.engine.shm_registry
@@ -159,7 +157,7 @@ class AdminRoutes:
             [{"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size} for r in registry.cuda_status(name)]
         )
 
-    async def shm_register(self, request: web.Request) -> web.Response:
+    async def shm_register(self, request: Request) -> Response:
         """Register a region: {"key", "offset"?, "byte_size"} or {"raw_handle": {"b64"}, "device_id", "byte_size"}."""
         kind, name = self._kind(request), request.match_info["region"]
         body = await self._body(request)
@@ -185,7 +183,7 @@ class AdminRoutes:
             registry.register_cuda(name, raw, _uint_field(body, "device_id", 0), size)
         return _OK()
 
-    async def shm_unregister(self, request: web.Request) -> web.Response:
+    async def shm_unregister(self, request: Request) -> Response:
         """Unregister one region, or every region of that kind; an unknown name is a no-op."""
         kind, name = self._kind(request), request.match_info.get("region", "")
         registry = self._registry()
@@ -196,7 +194,7 @@ class AdminRoutes:
         return _OK()
 
     # ---- settings -----------------------------------------------------------------------------------------
-    async def logging(self, request: web.Request) -> web.Response:
+    async def logging(self, request: Request) -> Response:
         """GET: the six log settings; POST: change some, then answer all six."""
         if request.method == "POST":
             changes = await self._body(request)
@@ -204,7 +202,7 @@ class AdminRoutes:
                 self.engine.log_settings.update(changes)
         return _json(self.engine.log_settings.as_dict())
 
-    async def trace(self, request: web.Request) -> web.Response:
+    async def trace(self, request: Request) -> Response:
         """GET: the global or a model's trace settings; POST: change some (null clears a model's key) first."""
         updates: dict[str, list[str] | None] = {}
         if request.method == "POST":

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 import orjson
-from aiohttp import web
 
 from service.core.engine import TensorMetadata
 from service.core.facade import Facade
 from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.http.codec import json_data_to_bytes
-from service.frontend.http.util import JSON, error_body, read_json_object, to_service_error
+from service.frontend.http.message import JSON, Request, Response, Stream
+from service.frontend.http.util import error_body, read_json_object, to_service_error
 from service.types import InferRequest, InferResponse, InputTensor
 from shm.tensor import DATATYPE_TO_NUMPY, deserialize_bytes, element_count
 
@@ -105,7 +105,7 @@ class GenerateRoutes:
         self.engine = engine
         self.max_input_size = max_input_size
 
-    async def _start(self, request: web.Request) -> tuple[InferRequest, Any, asyncio.Queue[InferResponse]]:
+    async def _start(self, request: Request) -> tuple[InferRequest, Any, asyncio.Queue[InferResponse]]:
         mi = request.match_info
         model, version = mi["model"], mi.get("version", "")
         encoding = request.headers.get("Content-Encoding")
@@ -118,7 +118,7 @@ class GenerateRoutes:
         mv = self.engine.submit(req, queue.put_nowait)
         return req, mv, queue
 
-    async def generate(self, request: web.Request) -> web.StreamResponse:
+    async def generate(self, request: Request) -> Response:
         """Exactly one response, as JSON."""
         _, _, queue = await self._start(request)
         responses: list[InferResponse] = []
@@ -136,22 +136,20 @@ class GenerateRoutes:
             )
         if responses[0].error is not None:
             raise responses[0].error
-        return web.Response(body=response_json(responses[0]), content_type=JSON)
+        return Response(200, response_json(responses[0]), JSON)
 
-    async def generate_stream(self, request: web.Request) -> web.StreamResponse:
+    async def generate_stream(self, request: Request) -> Stream:
         """Every response as a server-sent event; the status is decided by the first one."""
         req, mv, queue = await self._start(request)
-        stream: web.StreamResponse | None = None
+        stream: Stream | None = None
         try:
             while True:
                 response = await queue.get()
                 if response.null and not response.final:
                     continue
                 if stream is None:
-                    stream = web.StreamResponse(status=400 if response.error is not None else 200)
-                    stream.content_type = "text/event-stream"
-                    stream.charset = "utf-8"
-                    await stream.prepare(request)
+                    status = 400 if response.error is not None else 200
+                    stream = await request.open_stream(status, "text/event-stream; charset=utf-8")
                 if not response.null:
                     await stream.write(b"data: " + self._event(response) + b"\n\n")
                 if response.final:
@@ -159,7 +157,8 @@ class GenerateRoutes:
         except (ConnectionResetError, asyncio.CancelledError):
             self.engine.cancel(req, mv)  # the client went away: stop the model's work for it
             raise
-        await stream.write_eof()
+        assert stream is not None
+        stream.close()
         return stream
 
     @staticmethod

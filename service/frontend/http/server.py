@@ -1,24 +1,19 @@
-"""The HTTP/REST front end: KServe v2 + Triton's extensions on aiohttp, in the server's event loop, over Engine.
+"""The HTTP/REST front end: KServe v2 + Triton's extensions, in the server's event loop, over Engine.
 
 Every path answers Triton's status codes with `{"error": "..."}` bodies (one table: status.HTTP_STATUS); an
 unknown path is 404 `{"error": "Not Found"}`, a known path with the wrong method 405
 `{"error": "Method Not Allowed"}`. Inference bodies are translated by http_codec; the admin endpoints
 (repository, shared memory, logging, trace) live in http_admin and generate/generate_stream in http_generate.
+The connections (HTTP/1.1 parsing, keep-alive, streaming) are h1.py's; handlers see message.Request.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-
-from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage
-from aiohttp.web_protocol import RequestPayloadError
 
 from service.config.access import RestrictedApi
 from service.core.facade import Facade
@@ -27,26 +22,11 @@ from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.http import admin as http_admin
 from service.frontend.http import codec
 from service.frontend.http import generate as http_generate
-from service.frontend.http.protocol import use_failing_payloads
-from service.frontend.http.util import JSON, compress_if_asked, error_body, error_response, json_response, read_body
+from service.frontend.http.h1 import H1Server
+from service.frontend.http.message import JSON, BodyError, Request, Response, Stream
+from service.frontend.http.routing import Handler, Router
+from service.frontend.http.util import compress_if_asked, error_json, error_response, json_response, read_body
 from service.types import InferRequest, InferResponse
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _one_line_for_bad_requests(record: logging.LogRecord) -> bool:
-    """A request the HTTP parser refuses (e.g. both Content-Length and Transfer-Encoding: chunked, which could
-    smuggle a second request) is answered 400 with the parser's reason; log that reason in one line, without the
-    traceback aiohttp attaches."""
-    exc = record.exc_info[1] if record.exc_info else None
-    if isinstance(exc, RequestPayloadError):  # the rest of an answered request's body does not decode
-        record.msg, record.args = "dropped an undecodable HTTP request body: %s", (" ".join(str(exc).split()),)
-        record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.WARNING, "WARNING"
-    elif isinstance(exc, BadHttpMessage):
-        record.msg, record.args = "refused a malformed HTTP request: %s", (" ".join(str(exc.message).split()),)
-        record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.WARNING, "WARNING"
-    return True
-
 
 _MODEL = r"/v2/models/{model}"
 _VERSIONED = (_MODEL, _MODEL + "/versions/{version:[0-9]+}")
@@ -67,7 +47,7 @@ class HttpOptions:
 
 
 class HttpFrontend:
-    """The aiohttp application and its listener."""
+    """The route table, its handlers and the listener."""
 
     def __init__(self, engine: Facade, options: HttpOptions) -> None:
         self.engine = engine
@@ -75,20 +55,21 @@ class HttpFrontend:
         # header names are case-insensitive: Triton matches the pattern with (?i) too
         pattern = options.header_forward_pattern
         self._forward = re.compile(pattern, re.IGNORECASE) if pattern else None
-        self._runner: web.AppRunner | None = None
+        self._router = self.build_routes()
+        self._server: H1Server | None = None
         self.port = 0
 
     # ---- routing -----------------------------------------------------------------------------------------
-    def build_app(self) -> web.Application:
+    def build_routes(self) -> Router:
         """All routes; each path takes every method and answers 405 itself for the ones it does not serve."""
-        app = web.Application(client_max_size=self.options.max_input_size)
+        router = Router()
         admin = http_admin.AdminRoutes(self.engine, self.options.max_input_size)
         generate = http_generate.GenerateRoutes(self.engine, self.options.max_input_size)
 
         rules = {group: rule for rule in self.options.restricted for group in rule.groups}
 
         def route(path: str, group: str, **methods: Handler) -> None:
-            app.router.add_route("*", path, self._dispatch(methods, rules.get(group)))
+            router.add(path, self._dispatch(methods, rules.get(group)))
 
         route("/v2", "metadata", GET=self.server_metadata)
         route("/v2/health/live", "health", GET=self.live)
@@ -103,79 +84,76 @@ class HttpFrontend:
             route(base + "/generate", "inference", POST=generate.generate)
             route(base + "/generate_stream", "inference", POST=generate.generate_stream)
         admin.add_routes(route)
-        app.router.add_route("*", "/{tail:.*}", self.not_found)
-        return app
+        return router
+
+    async def handle(self, request: Request) -> Response | Stream:
+        """Every request: its route's handler, or 404 `{"error": "Not Found"}`."""
+        found = self._router.resolve(request.path)
+        if found is None:
+            return error_json("Not Found", 404)
+        handler, request.match_info = found
+        return await handler(request)
 
     @staticmethod
     def _dispatch(methods: dict[str, Handler], rule: RestrictedApi | None) -> Handler:
         """One path's handler: method check, then the restricted-API header check of its group, then the call."""
 
-        async def dispatch(request: web.Request) -> web.StreamResponse:
+        async def dispatch(request: Request) -> Response | Stream:
             handler = methods.get(request.method)
             if handler is None:
-                return web.Response(body=error_body("Method Not Allowed"), status=405, content_type=JSON)
+                return error_json("Method Not Allowed", 405)
             if rule is not None and request.headers.get(rule.key) != rule.value:
-                message = f"This API is restricted, expecting header '{rule.key}'"
-                return web.Response(body=error_body(message), status=403, content_type=JSON)
+                return error_json(f"This API is restricted, expecting header '{rule.key}'", 403)
             try:
                 return await handler(request)
             except ConnectionResetError:  # the client went away while its body was read: nobody to answer
-                return web.Response(body=error_body("client closed the connection"), status=400, content_type=JSON)
-            except RequestPayloadError as e:  # the body stopped parsing after the handler started
-                return web.Response(body=error_body(f"malformed HTTP request body: {e}"), status=400, content_type=JSON)
+                return error_json("client closed the connection", 400)
+            except BodyError as e:  # the body stopped parsing after the handler started
+                return error_json(f"malformed HTTP request body: {e}", 400)
             except Exception as e:
                 return error_response(e)
 
         return dispatch
 
-    async def not_found(self, request: web.Request) -> web.Response:
-        """Any path that is not one of the protocol's."""
-        return web.Response(body=error_body("Not Found"), status=404, content_type=JSON)
-
     # ---- lifecycle -----------------------------------------------------------------------------------------
     async def start(self) -> int:
-        logging.getLogger("aiohttp.server").addFilter(_one_line_for_bad_requests)
         """Bind and serve; returns the bound port (port 0 picks a free one). Raises OSError when it cannot bind."""
         opts = self.options
         family = socket.AF_INET6 if ":" in opts.address else socket.AF_INET
         sock = socket.create_server((opts.address, opts.port), family=family, backlog=1024, reuse_port=opts.reuse_port)
-        self._runner = web.AppRunner(
-            self.build_app(), access_log=None, handle_signals=False, shutdown_timeout=opts.shutdown_timeout_s
-        )
-        await self._runner.setup()
-        use_failing_payloads(self._runner)
-        await web.SockSite(self._runner, sock, backlog=1024, ssl_context=opts.ssl_context).start()
+        self._server = H1Server(self.handle)
+        await self._server.start(sock, opts.ssl_context)
         self.port = int(sock.getsockname()[1])
         return self.port
 
     async def stop(self) -> None:
         """Stop listening and let in-flight requests finish (up to the shutdown timeout)."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            await self._server.stop(self.options.shutdown_timeout_s)
+            self._server = None
 
     # ---- health and metadata -------------------------------------------------------------------------------
-    async def live(self, request: web.Request) -> web.Response:
+    async def live(self, request: Request) -> Response:
         """200 when live, 400 otherwise; empty body."""
-        return web.Response(status=200 if self.engine.live else 400)
+        return Response(200 if self.engine.live else 400)
 
-    async def ready(self, request: web.Request) -> web.Response:
+    async def ready(self, request: Request) -> Response:
         """200 when ready, 400 otherwise; empty body."""
-        return web.Response(status=200 if self.engine.server_ready() else 400)
+        return Response(200 if self.engine.server_ready() else 400)
 
-    async def server_metadata(self, request: web.Request) -> web.Response:
+    async def server_metadata(self, request: Request) -> Response:
         """{"name", "version", "extensions"}."""
         name, version, extensions = self.engine.server_metadata()
         return json_response({"name": name, "version": version, "extensions": extensions})
 
-    async def model_ready(self, request: web.Request) -> web.Response:
+    async def model_ready(self, request: Request) -> Response:
         """200 when that model version is ready; 400 when not, 404 for an unknown model."""
         mi = request.match_info
         if await self.engine.model_ready(mi["model"], mi.get("version", "")):
-            return web.Response(status=200)
-        return web.Response(body=error_body("Model version not ready"), status=400, content_type=JSON)
+            return Response(200)
+        return error_json("Model version not ready", 400)
 
-    async def model_metadata(self, request: web.Request) -> web.Response:
+    async def model_metadata(self, request: Request) -> Response:
         """Model metadata JSON."""
         mi = request.match_info
         meta = self.engine.model_metadata(mi["model"], mi.get("version", ""))
@@ -189,19 +167,19 @@ class HttpFrontend:
             }
         )
 
-    async def model_config(self, request: web.Request) -> web.Response:
+    async def model_config(self, request: Request) -> Response:
         """The normalized config as protobuf JSON with numeric int64 fields."""
         mi = request.match_info
         return json_response(to_json_dict(self.engine.model_config(mi["model"], mi.get("version", ""))))
 
-    async def statistics(self, request: web.Request) -> web.Response:
+    async def statistics(self, request: Request) -> Response:
         """Statistics JSON with every count/ns key present."""
         mi = request.match_info
         rows = self.engine.statistics(mi.get("model", ""), mi.get("version", ""))
         return json_response({"model_stats": [http_admin.stats_json(n, v, s) for n, v, s in rows]})
 
     # ---- inference ------------------------------------------------------------------------------------------
-    async def infer(self, request: web.Request) -> web.Response:
+    async def infer(self, request: Request) -> Response:
         """POST .../infer: JSON and/or binary tensors in, JSON and/or binary tensors out."""
         mi = request.match_info
         model, version = mi["model"], mi.get("version", "")
@@ -225,17 +203,13 @@ class HttpFrontend:
             finally:
                 trace.finish()
         if header_length < 0:
-            out = web.Response(body=payload, content_type=JSON)
+            out = Response(200, payload, JSON)
         else:
-            out = web.Response(
-                body=payload,
-                content_type="application/octet-stream",
-                headers={codec.INFER_HEADER: str(header_length)},
-            )
+            out = Response(200, payload, "application/octet-stream", {codec.INFER_HEADER: str(header_length)})
         return compress_if_asked(request, out)
 
     def _decode(
-        self, request: web.Request, body: bytes, model: str, version: str
+        self, request: Request, body: bytes, model: str, version: str
     ) -> tuple[InferRequest, codec.OutputChoice]:
         view = memoryview(body)
         text = request.headers.get(codec.INFER_HEADER)

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
 import logging
 import re
+import zlib
 
 import numpy as np
 import orjson
-from aiohttp import StreamReader, web
 
 from service.errors import ErrorCode, ServiceError, invalid_arg
+from service.frontend.http.message import JSON, Request, Response
 from service.frontend.status import HTTP_STATUS
 from shm.errors import ShmError
 
 log = logging.getLogger("trireme.http")
 
-JSON = "application/json"
-_COMPRESSIONS = ("gzip", "deflate")
+_INFLATE_PIECE = 1 << 20  # decompressed bytes per step
 MAX_JSON_DEPTH = 100  # Triton 2.73's nesting limit for request JSON
 MAX_REQUEST_CHUNKS = 65536  # Triton 2.69: a chunked request body may come in at most this many chunks
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)  # a JSON string (its brackets are not nesting)
@@ -46,9 +47,14 @@ def error_body(message: str) -> bytes:
     return orjson.dumps({"error": message})
 
 
-def json_response(value: object, status: int = 200) -> web.Response:
+def json_response(value: object, status: int = 200) -> Response:
     """A JSON body (orjson)."""
-    return web.Response(body=orjson.dumps(value), status=status, content_type=JSON)
+    return Response(status, orjson.dumps(value), JSON)
+
+
+def error_json(message: str, status: int) -> Response:
+    """`{"error": message}` with that status."""
+    return Response(status, error_body(message), JSON)
 
 
 def to_service_error(e: Exception) -> ServiceError:
@@ -61,33 +67,73 @@ def to_service_error(e: Exception) -> ServiceError:
     return ServiceError(ErrorCode.INTERNAL, f"{type(e).__name__}: {e}")
 
 
-def error_response(e: Exception) -> web.Response:
+def error_response(e: Exception) -> Response:
     """Triton's JSON error with the status the code maps to."""
     err = to_service_error(e)
-    return web.Response(body=error_body(err.message), status=HTTP_STATUS[err.code], content_type=JSON)
+    return error_json(err.message, HTTP_STATUS[err.code])
 
 
-async def read_body(request: web.Request, max_size: int) -> bytes:
-    """The (decompressed) request body; unsupported encodings are 501, bodies over max_size 400.
+class _Inflate:
+    """gzip / deflate (zlib-wrapped, or raw when the first byte is not a zlib header) in bounded pieces: a
+    decompression bomb is stopped by the size check between pieces."""
 
-    Chunks are joined once (a body that arrived in one chunk is not copied at all), where
-    `web.Request.read()` would copy a large body twice.
-    """
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._gzip = encoding == "gzip"
+        self._z: zlib._Decompress | None = None
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if self._z is None:
+            raw = not self._gzip and bool(data) and data[0] & 0x0F != 8
+            wbits = 16 + zlib.MAX_WBITS if self._gzip else -zlib.MAX_WBITS if raw else zlib.MAX_WBITS
+            self._z = zlib.decompressobj(wbits)
+        out = []
+        try:
+            while data:
+                piece = self._z.decompress(data, _INFLATE_PIECE)
+                if piece:
+                    out.append(piece)
+                data = self._z.unconsumed_tail
+        except zlib.error:
+            raise invalid_arg(f"Can not decode content-encoding: {self.encoding}") from None
+        return out
+
+
+async def read_body(request: Request, max_size: int) -> bytes:
+    """The (decompressed) request body; unsupported encodings are 501, bodies over max_size 400, a chunked body
+    of more than MAX_REQUEST_CHUNKS chunks 400 (Triton 2.69's cap: a flood of tiny chunks costs the server far
+    more than its bytes). A body that arrived whole and uncompressed is returned without a copy."""
     encoding = request.headers.get("Content-Encoding")
-    if encoding and encoding.lower() not in ("gzip", "deflate", "identity"):
-        raise ServiceError(ErrorCode.UNSUPPORTED, "Unsupported compression type")
-    chunks: list[bytes] = []
+    inflate = None
+    if encoding:
+        coding = encoding.lower()
+        if coding not in ("gzip", "deflate", "identity"):
+            raise ServiceError(ErrorCode.UNSUPPORTED, "Unsupported compression type")
+        if coding != "identity":
+            inflate = _Inflate(coding)
+    body = request.body
+    if inflate is None and body.chunks <= MAX_REQUEST_CHUNKS:
+        whole = body.whole()
+        if whole is not None:
+            _check_size(len(whole), max_size)
+            return whole
+    parts: list[bytes] = []
     size = 0
-    content = request.content
-    if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
-        return await _read_chunked(content, max_size)
-    while chunk := await content.readany():
-        size += len(chunk)
-        _check_size(size, max_size)
-        chunks.append(chunk)
-    if len(chunks) == 1:
-        return chunks[0]
-    return b"".join(chunks)
+    while (data := await body.read()) is not None:
+        _check_chunks(body.chunks)
+        for piece in inflate.feed(data) if inflate is not None else (data,):
+            size += len(piece)
+            _check_size(size, max_size)
+            parts.append(piece)
+    _check_chunks(body.chunks)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _check_chunks(count: int) -> None:
+    if count > MAX_REQUEST_CHUNKS:
+        raise invalid_arg(
+            f"HTTP request body has more than {MAX_REQUEST_CHUNKS} chunks; send it in fewer, larger chunks"
+        )
 
 
 def _check_size(size: int, max_size: int) -> None:
@@ -98,29 +144,7 @@ def _check_size(size: int, max_size: int) -> None:
         )
 
 
-async def _read_chunked(content: StreamReader, max_size: int) -> bytes:
-    """A Transfer-Encoding: chunked body, at most MAX_REQUEST_CHUNKS HTTP chunks of it (Triton 2.69's cap: a
-    flood of tiny chunks costs the server far more than its bytes)."""
-    parts: list[bytes] = []
-    size = count = 0
-    while True:
-        data, chunk_end = await content.readchunk()
-        if not data and not chunk_end:
-            break
-        if chunk_end:
-            count += 1
-            if count > MAX_REQUEST_CHUNKS:
-                raise invalid_arg(
-                    f"HTTP request body has more than {MAX_REQUEST_CHUNKS} chunks; send it in fewer, larger chunks"
-                )
-        if data:
-            size += len(data)
-            _check_size(size, max_size)
-            parts.append(data)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-async def read_json_object(request: web.Request, max_size: int) -> dict:
+async def read_json_object(request: Request, max_size: int) -> dict:
     """The body as a JSON object ({} when empty); a body that does not parse is 400."""
     raw = await read_body(request, max_size)
     if not raw.strip():
@@ -135,9 +159,15 @@ async def read_json_object(request: web.Request, max_size: int) -> dict:
     return value
 
 
-def compress_if_asked(request: web.Request, response: web.Response) -> web.Response:
-    """Compress the response when the client accepts gzip or deflate."""
+def compress_if_asked(request: Request, response: Response) -> Response:
+    """Compress the response (deflate first, then gzip) when the client accepts it."""
     accept = request.headers.get("Accept-Encoding")
-    if accept and any(c in accept for c in _COMPRESSIONS):
-        response.enable_compression()
+    if accept and response.body:
+        accept = accept.lower()
+        if "deflate" in accept:
+            response.body = zlib.compress(response.body)
+            response.headers["Content-Encoding"] = "deflate"
+        elif "gzip" in accept:
+            response.body = gzip.compress(response.body, mtime=0)
+            response.headers["Content-Encoding"] = "gzip"
     return response

@@ -11,8 +11,8 @@ from service.worker.pb_utils.tensor import Tensor
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
     """The request's input tensor named `name`, or None."""
-    for t in inference_request.inputs():
-        if t.name() == name:
+    for t in inference_request._inputs:  # the attributes, not the accessors: models call this per request
+        if t._name == name:
             return t
     return None
 

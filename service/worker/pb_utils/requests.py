@@ -201,6 +201,45 @@ class InferenceRequest:
         return await loop.run_in_executor(None, self.exec, decoupled)
 
 
+_CPU_MEMORY = PreferredMemory()  # what incoming requests carry (never changed: they have no setter for it)
+
+
+def _incoming(
+    request_id: str,
+    correlation_id: int | str,
+    inputs: list[Tensor],
+    requested: list[str],
+    model_name: str,
+    flags: int,
+    timeout: int,
+    trace_id: int,
+    parameters: dict[str, Any],
+    worker_request: Any,
+    decoupled: bool,
+) -> InferenceRequest:
+    """A request given to execute(): the same object the public constructor builds, without its argument checks
+    and copies (the worker made every part of it: this runs once per request)."""
+    r = InferenceRequest.__new__(InferenceRequest)
+    r._request_id = request_id
+    r._correlation_id = correlation_id
+    r._inputs = inputs
+    r._requested = requested
+    r._model_name = model_name
+    r._model_version = -1
+    r._flags = flags
+    r._timeout = timeout
+    r._preferred_memory = _CPU_MEMORY
+    trace = r._trace = InferenceTrace.__new__(InferenceTrace)
+    trace.trace_id = trace_id
+    trace._context = None
+    r._parameters = parameters
+    r._worker_request = worker_request
+    r._sender = None
+    r._decoupled = decoupled
+    r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+    return r
+
+
 class ResponseIterator:
     """Iterator over the responses of a decoupled BLS call."""
 

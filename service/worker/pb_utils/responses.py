@@ -36,7 +36,7 @@ class InferenceResponse:
     ) -> None:
         self._outputs = list(output_tensors or [])
         self._error = error
-        self._parameters = _checked_parameters(parameters)
+        self._parameters = {} if parameters is None else _checked_parameters(parameters)
 
     def output_tensors(self) -> list[Tensor]:
         """The output tensors."""
@@ -60,10 +60,12 @@ def _deliver(worker_request: Any, response: InferenceResponse | None, final: boo
     if response is None:
         worker_request.respond(None, None, final, None)
         return
-    err = response.error()
+    err = response._error
     if err is not None:
         # an error response the model returned: statistics count the request as a success (as Triton)
         worker_request.respond(None, (err.code(), err.message()), final, response._parameters or None, True)
         return
-    outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
+    outputs = {}
+    for t in response._outputs:  # a loop over the attributes: this runs per response
+        outputs[t._name] = t._array
     worker_request.respond(outputs, None, final, response._parameters or None)

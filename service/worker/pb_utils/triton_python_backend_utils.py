@@ -57,6 +57,7 @@ from service.worker.pb_utils.requests import InferenceResponseSender as Inferenc
 from service.worker.pb_utils.requests import InferenceTrace as InferenceTrace
 from service.worker.pb_utils.requests import PreferredMemory as PreferredMemory
 from service.worker.pb_utils.requests import ResponseIterator as ResponseIterator
+from service.worker.pb_utils.requests import _incoming as _incoming
 from service.worker.pb_utils.responses import InferenceResponse as InferenceResponse
 from service.worker.pb_utils.responses import _deliver as _deliver
 from service.worker.pb_utils.tensor import Tensor as Tensor
