@@ -80,3 +80,10 @@ else
 fi
 step "pytest $*"
 .venv/bin/python -m pytest -q "$@"
+# the same suite with two front-end processes in front of one core process (--frontend-processes 2; the flag's
+# default comes from TRIREME_FRONTEND_PROCESSES): everything a client sees must hold both ways.
+# TRIREME_SECOND_PASS=0 skips it.
+if [ "${TRIREME_SECOND_PASS:-1}" != 0 ]; then
+  step "pytest again with two front-end processes (TRIREME_FRONTEND_PROCESSES=2) $*"
+  TRIREME_FRONTEND_PROCESSES=2 .venv/bin/python -m pytest -q "$@"
+fi

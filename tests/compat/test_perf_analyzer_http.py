@@ -24,7 +24,7 @@ needs_perf_analyzer = pytest.mark.skipif(not os.access(PERF_ANALYZER, os.X_OK), 
 def perf_http(url: str, *args: str) -> str:
     """Run perf_analyzer over HTTP; returns its output after checking it succeeded without errors."""
     command = [PERF_ANALYZER, "-i", "http", "-u", url, "--measurement-mode", "count_windows"]
-    command += ["--measurement-request-count", "50", "-s", "50", "--max-trials", "20", *args]
+    command += ["--measurement-request-count", "50", "-s", "999", "--max-trials", "20", *args]
     run = subprocess.run(command, capture_output=True, text=True, timeout=280)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output

@@ -43,7 +43,7 @@ def test_perf_analyzer_system_shared_memory(start_server: Any, elements: int, ou
         "--measurement-request-count",
         "30",
         "-s",
-        "50",
+        "999",
         "--max-trials",
         "10",
     ]

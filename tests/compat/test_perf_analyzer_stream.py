@@ -28,7 +28,9 @@ def write_repo(repo: Path) -> None:
 def perf(url: str, *args: str) -> str:
     """Run perf_analyzer over gRPC; returns its output after checking it succeeded without errors."""
     command = [PERF_ANALYZER, "-i", "grpc", "-u", url, "--measurement-mode", "count_windows"]
-    command += ["--measurement-request-count", "50", "-s", "50", "--max-trials", "10", *args]
+    # -s 999: these tests check what perf_analyzer sees, not speed; on a loaded machine the default stability
+    # rule ("Failed to obtain stable measurement") fails runs that were answered correctly
+    command += ["--measurement-request-count", "50", "-s", "999", "--max-trials", "10", *args]
     run = subprocess.run(command, capture_output=True, text=True, timeout=240)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output
