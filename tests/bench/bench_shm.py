@@ -1,10 +1,12 @@
 """Benchmark: identity requests of 16 B to 64 MiB, without and with system shared memory, Trireme vs Triton.
 
 Both servers serve the same Python-backend model (service/example_models/identity_fp32_any, a plain Triton
-model) and are measured by the real perf_analyzer at concurrency 1, interleaved in rounds (the server order
-alternates per round). Needs tools/install-triton-tools.sh ($TRIREME_TOOLS/bin/...).
+model) and are measured by the real perf_analyzer (count windows) at each --concurrency (default 1), interleaved
+in rounds (the server order alternates per round). --pin puts the servers (and their workers / stubs) on CPU 0 and
+perf_analyzer on CPU 1. Needs tools/install-triton-tools.sh ($TRIREME_TOOLS/bin/...).
 
 Usage: .venv/bin/python tests/bench/bench_shm.py [--rounds 2] [--sizes 16 1048576 16777216 67108864]
+       [--concurrency 1 4] [--pin] [--transports wire shm]
 Prints a markdown table of medians: infer/s, avg and p99 latency per server, size and transport, and the
 median per-round ratio Trireme/Triton of infer/s.
 """
@@ -29,11 +31,16 @@ MODEL = "identity_fp32_any"
 ARENA = 256 << 20  # Trireme's default worker arena; Triton's Python-backend pool gets the same size
 
 
+SERVER_PIN: list[str] = []  # taskset prefixes with --pin
+CLIENT_PIN: list[str] = []
+
+
 def start(name: str, repo: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     """Start Trireme or real Triton on repo."""
     if name == "trireme":
-        return start_trireme(repo, port, log)
-    return start_triton(repo, port, log, [f"--backend-config=python,shm-default-byte-size={ARENA}"])
+        return start_trireme(repo, port, log, prefix=SERVER_PIN)
+    pool = [f"--backend-config=python,shm-default-byte-size={ARENA}"]
+    return start_triton(repo, port, log, pool, prefix=SERVER_PIN)
 
 
 def request_count(size: int) -> int:
@@ -41,8 +48,8 @@ def request_count(size: int) -> int:
     return 300 if size <= 1 << 20 else (15 if size <= 16 << 20 else 5)
 
 
-def perf(port: int, size: int, use_shm: bool, out: Path, attempts: int = 4) -> dict[str, float]:
-    """perf_analyzer at concurrency 1 (count windows), retried when this noisy VM gives no stable window (looser
+def perf(port: int, size: int, use_shm: bool, out: Path, concurrency: int = 1, attempts: int = 4) -> dict[str, float]:
+    """perf_analyzer at `concurrency` (count windows), retried when this noisy VM gives no stable window (looser
     each time); infer/s and avg/p50/p99 latency in µs."""
     extra = [
         "--shape", f"INPUT0:{size // 4}", "--measurement-mode", "count_windows",
@@ -51,10 +58,15 @@ def perf(port: int, size: int, use_shm: bool, out: Path, attempts: int = 4) -> d
     if use_shm:
         extra += ["--shared-memory", "system", "--output-shared-memory-size", str(size)]
     stability = [["-s", str(100 * (attempt + 1))] for attempt in range(attempts)]
-    row = perf_analyzer(MODEL, port, 1, stability, out, extra, timeout_s=600)
+    row = perf_analyzer(MODEL, port, concurrency, stability, out, extra, timeout_s=600, prefix=CLIENT_PIN)
     ips = float(row["Inferences/Second"])
-    # concurrency 1 with synchronous calls: the average latency is the inverse of the throughput
-    return {"ips": ips, "avg": 1e6 / ips, "p50": float(row["p50 latency"]), "p99": float(row["p99 latency"])}
+    # synchronous calls: the average latency is concurrency / throughput
+    return {
+        "ips": ips,
+        "avg": 1e6 * concurrency / ips,
+        "p50": float(row["p50 latency"]),
+        "p99": float(row["p99 latency"]),
+    }
 
 
 def label(size: int) -> str:
@@ -67,7 +79,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 1 << 20, 16 << 20, 64 << 20])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1])
+    ap.add_argument("--transports", nargs="+", choices=("wire", "shm"), default=["wire", "shm"])
+    ap.add_argument("--pin", action="store_true", help="servers on CPU 0, perf_analyzer on CPU 1 (taskset)")
     args = ap.parse_args()
+    if args.pin:
+        SERVER_PIN[:], CLIENT_PIN[:] = ["taskset", "-c", "0"], ["taskset", "-c", "1"]
+    transports = [t == "shm" for t in args.transports]
     work = Path(tempfile.mkdtemp(prefix="bench_shm_"))
     repo = work / "repo"
     repo.mkdir()
@@ -75,7 +93,8 @@ def main() -> None:
     names = ("trireme", "triton")
     ports = {n: free_port() for n in names}
     procs = {n: start(n, repo, ports[n], work / f"{n}.log") for n in names}
-    results: dict[tuple[str, int, bool], list[dict[str, float]]] = {}
+    results: dict[tuple[str, int, bool, int], list[dict[str, float]]] = {}
+    ok = False
     try:
         for n, proc in procs.items():
             wait_port(ports[n], proc, timeout_s=120)
@@ -83,38 +102,44 @@ def main() -> None:
         for r in range(args.rounds):
             order = names if r % 2 == 0 else names[::-1]
             for size in args.sizes:
-                for use_shm in (False, True):
-                    for n in order:
-                        out = work / f"{n}_{size}_{use_shm}_{r}.csv"
-                        res = perf(ports[n], size, use_shm, out)
-                        results.setdefault((n, size, use_shm), []).append(res)
-                        print(
-                            f"round {r} {label(size)} shm={use_shm} {n}: {res['ips']:.1f} infer/s "
-                            f"avg {res['avg']:.0f} us",
-                            file=sys.stderr,
-                            flush=True,
-                        )
+                for use_shm in transports:
+                    for c in args.concurrency:
+                        for n in order:
+                            out = work / f"{n}_{size}_{use_shm}_{c}_{r}.csv"
+                            res = perf(ports[n], size, use_shm, out, c)
+                            results.setdefault((n, size, use_shm, c), []).append(res)
+                            print(
+                                f"round {r} {label(size)} shm={use_shm} c={c} {n}: {res['ips']:.1f} infer/s "
+                                f"avg {res['avg']:.0f} us",
+                                file=sys.stderr,
+                                flush=True,
+                            )
+        ok = True
     finally:
         stop(procs.values())
-        shutil.rmtree(work, ignore_errors=True)
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"logs kept in {work}", file=sys.stderr)
 
     def med(rows: list[dict[str, float]], key: str) -> float:
         return statistics.median(x[key] for x in rows)
 
     print(
-        f"| size | transport | Trireme infer/s | Triton infer/s | Trireme/Triton (median of {args.rounds}) |"
+        f"| size | transport | c | Trireme infer/s | Triton infer/s | Trireme/Triton (median of {args.rounds}) |"
         " Trireme avg/p99 µs | Triton avg/p99 µs |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for size in args.sizes:
-        for use_shm in (False, True):
-            a, b = results[("trireme", size, use_shm)], results[("triton", size, use_shm)]
-            ratios = [x["ips"] / y["ips"] for x, y in zip(a, b, strict=True)]
-            print(
-                f"| {label(size)} | {'system shm' if use_shm else 'gRPC bytes'} | {med(a, 'ips'):.1f} |"
-                f" {med(b, 'ips'):.1f} | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
-                f" {med(a, 'avg'):.0f}/{med(a, 'p99'):.0f} | {med(b, 'avg'):.0f}/{med(b, 'p99'):.0f} |"
-            )
+        for use_shm in transports:
+            for c in args.concurrency:
+                a, b = results[("trireme", size, use_shm, c)], results[("triton", size, use_shm, c)]
+                ratios = [x["ips"] / y["ips"] for x, y in zip(a, b, strict=True)]
+                print(
+                    f"| {label(size)} | {'system shm' if use_shm else 'gRPC bytes'} | {c} | {med(a, 'ips'):.1f} |"
+                    f" {med(b, 'ips'):.1f} | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
+                    f" {med(a, 'avg'):.0f}/{med(a, 'p99'):.0f} | {med(b, 'avg'):.0f}/{med(b, 'p99'):.0f} |"
+                )
 
 
 if __name__ == "__main__":

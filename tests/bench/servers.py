@@ -126,6 +126,7 @@ def perf_analyzer(
     extra: Sequence[str] = (),
     timeout_s: float = 300,
     protocol: str = "grpc",
+    prefix: Sequence[str] = (),
 ) -> dict[str, str]:
     """One perf_analyzer measurement over gRPC (or `protocol="http"`, port then the HTTP port); returns the first
     row of its CSV report.
@@ -138,7 +139,7 @@ def perf_analyzer(
         if i:
             print(f"perf_analyzer attempt {i} failed; retrying", file=sys.stderr, flush=True)
         cmd = [
-            str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", protocol, "-u", f"127.0.0.1:{port}",
+            *prefix, str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", protocol, "-u", f"127.0.0.1:{port}",
             "--concurrency-range", f"{concurrency}:{concurrency}", *flags, "-f", str(out), *extra,
         ]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
