@@ -19,8 +19,7 @@ from protos import model_config_pb2 as mc
 from service.core.engine import EXTENSIONS, SERVER_NAME, IndexEntry, ModelMetadata
 from service.core.observability.log_settings import LogValue
 from service.core.observability.stats import ModelStats
-from service.core.observability.trace_settings import TraceSettings
-from service.core.observability.tracer import Tracer
+from service.remote.tracing import ENABLED, ForwardedTrace, RemoteTracer
 from service.remote.wire import HEADER, FrameBuffer, frame, pack_request, unpack_error, unpack_response
 from service.types import InferRequest, InferResponse, ResponseCallback
 
@@ -118,11 +117,19 @@ class _Responses(asyncio.Protocol):
                         target.set_exception(unpack_error(err))
                     else:
                         target.set_result(msg[3])
+            elif op == ENABLED:
+                self.engine.tracer.set_enabled(msg[1])
             elif op == "drain":
                 self.engine.on_drain()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.engine.on_core_lost()
+
+
+def _forwarded(request: InferRequest, rid: int) -> tuple | None:
+    """What a traced request takes to the core (service/remote/tracing.py)."""
+    trace = request.trace
+    return trace.forwarded(rid) if isinstance(trace, ForwardedTrace) else None
 
 
 class RemoteEngine:
@@ -133,7 +140,7 @@ class RemoteEngine:
         self.frontend_id = frontend_id
         self.model_control_mode = model_control_mode
         self._allow_client_shm = allow_client_shm
-        self.tracer = Tracer(TraceSettings())  # tracing is not carried across front ends (docs/architecture.md)
+        self.tracer = RemoteTracer(self._send)  # stamps here, samples and writes in the core
         self.waiting: dict[int, asyncio.Future[Any] | ResponseCallback] = {}
         self.stamped: dict[int, InferRequest] = {}  # requests with stage timestamps (TRIREME_STAGE_TRACE), by id
         self._ids = itertools.count(1)
@@ -214,8 +221,9 @@ class RemoteEngine:
         return result
 
     def trace_setting(self, model_name: str = "", updates: dict[str, list[str] | None] | None = None) -> dict:
-        result: dict = self._call("trace_setting", model_name, updates)
-        return result
+        result, enabled = self._call("trace_setting", model_name, updates)
+        self.tracer.set_enabled(enabled)  # at once here; the other front ends hear it from the core
+        return dict(result)
 
     def client_shm(self) -> Any:
         assert self._sync is not None
@@ -236,7 +244,7 @@ class RemoteEngine:
         self.waiting[rid] = future
         if request.stamps is not None:
             self.stamped[rid] = request
-        self._send(("i", rid, pack_request(request)))
+        self._send(("i", rid, pack_request(request, _forwarded(request, rid))))
         try:
             return await future
         except asyncio.CancelledError:
@@ -252,7 +260,7 @@ class RemoteEngine:
         rid = next(self._ids)
         self.waiting[rid] = on_response
         try:
-            streams, decoupled = self._call("submit", rid, pack_request(request))
+            streams, decoupled = self._call("submit", rid, pack_request(request, _forwarded(request, rid)))
         except BaseException:
             self.waiting.pop(rid, None)
             raise

@@ -72,7 +72,8 @@ def main() -> None:
     path, frontend_id = "\0" + sys.argv[1], int(sys.argv[2])
     grpc_port, http_port = int(sys.argv[3]), int(sys.argv[4])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("trireme.config").setLevel(logging.ERROR)  # the core already warned about its flags
+    for name in ("trireme.config", "trireme.trace"):  # the core already warned about its flags
+        logging.getLogger(name).setLevel(logging.ERROR)
     config = parse_args(sys.argv[6:])
     uvloop.install()
     try:

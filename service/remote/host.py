@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from service.core.engine import Engine
-from service.remote.wire import FrameBuffer, frame, pack_error, pack_response, unpack_request
+from service.remote.tracing import ENABLED, END, CoreTraces
+from service.remote.wire import FrameBuffer, forwarded_trace, frame, pack_error, pack_response, unpack_request
 from service.types import InferRequest, InferResponse
 
 log = logging.getLogger("trireme.remote")
@@ -37,7 +38,7 @@ class RemoteHost:
         self.conns: dict[int, _Conn] = {}  # front-end id -> its asynchronous connection
         self._server: asyncio.AbstractServer | None = None
         self.on_hello: Callable[[int], None] | None = None
-        self._warned_tracing = False
+        self.tracing = engine.tracer.enabled  # what the front ends were last told (tracing.ENABLED)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -47,6 +48,13 @@ class RemoteHost:
         data = frame(message)
         for conn in list(self.conns.values()):
             conn.write(data)
+
+    def tracing_changed(self) -> None:
+        """Tell the front ends when the core's tracer turns on or off (they mark requests only while it is on)."""
+        enabled = self.engine.tracer.enabled
+        if enabled != self.tracing:
+            self.tracing = enabled
+            self.broadcast((ENABLED, enabled))
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -80,12 +88,10 @@ class RemoteHost:
             return None
         if method == "log_dict":
             return engine.log_settings.as_dict()
-        if method == "trace_setting" and args[1] and not self._warned_tracing:
-            self._warned_tracing = True
-            log.warning(
-                "trace settings changed through a front-end process: requests served by front-end processes are "
-                "not traced (tracing needs --frontend-processes 1)"
-            )
+        if method == "trace_setting":
+            result = engine.trace_setting(*args)
+            self.tracing_changed()
+            return result, engine.tracer.enabled
         if method in (
             "model_metadata",
             "model_config",
@@ -93,7 +99,6 @@ class RemoteHost:
             "repository_index",
             "is_decoupled",
             "model_location",
-            "trace_setting",
         ):
             return getattr(engine, method)(*args)
         raise ValueError(f"unknown call {method!r}")
@@ -110,6 +115,7 @@ class _Conn(asyncio.Protocol):
         self.frontend_id = 0
         # request id -> [request, model version (None until started)]
         self.inflight: dict[int, list[Any]] = {}
+        self.traces = CoreTraces(lambda: host.engine.tracer)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -147,16 +153,24 @@ class _Conn(asyncio.Protocol):
             self.write(frame(reply))
         elif op == "a":
             asyncio.get_running_loop().create_task(self._async_call(msg[1], msg[2], msg[3]))
+        elif op == END:
+            self.traces.end(*msg[1:])
+            self.host.tracing_changed()  # sampling may have used up trace_count
         elif op == "hello":
             _, self.kind, self.frontend_id = msg
             if self.kind == "async":
                 self.host.conns[self.frontend_id] = self
+                self.write(frame((ENABLED, self.host.engine.tracer.enabled)))
                 if self.host.on_hello is not None:
                     self.host.on_hello(self.frontend_id)
 
     def start(self, rid: int, packed: tuple, start: Callable[..., Any]) -> Any:
         """Start a request of this front end; its responses go back as ("r", rid, response) frames."""
         request: InferRequest = unpack_request(packed)
+        forwarded = forwarded_trace(packed)
+        if forwarded is not None:
+            self.traces.begin(rid, request, forwarded)
+            self.host.tracing_changed()  # sampling may have used up trace_count
         entry: list[Any] = [request, None]
         inflight = self.inflight
         inflight[rid] = entry
@@ -195,6 +209,7 @@ class _Conn(asyncio.Protocol):
         self.transport = None
         if self.kind != "async":
             return
+        self.traces.close()
         if self.host.conns.get(self.frontend_id) is self:
             del self.host.conns[self.frontend_id]
         inflight, self.inflight = self.inflight, {}

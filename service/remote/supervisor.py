@@ -35,16 +35,6 @@ def reserve_port(address: str, port: int) -> socket.socket:
     return sock
 
 
-def frontend_count(config: ServerConfig) -> int:
-    """How many front-end processes to run; tracing (--trace-config) is not carried across processes yet, so a
-    traced server keeps one process (with a warning) rather than lose traces."""
-    n = config.frontend_processes
-    if n > 1 and config.trace_config:
-        log.warning("--frontend-processes %d: tracing (--trace-config) needs one front end: serving with 1", n)
-        return 1
-    return n
-
-
 class Frontends:
     """N front-end processes over `engine`."""
 
