@@ -19,7 +19,7 @@ from protos import model_config_pb2 as mc
 from service.core.engine import EXTENSIONS, SERVER_NAME, IndexEntry, ModelMetadata
 from service.core.observability.log_settings import LogValue
 from service.core.observability.stats import ModelStats
-from service.remote.tracing import ENABLED, ForwardedTrace, RemoteTracer
+from service.remote.tracing import ForwardedTrace, RemoteTracer, TraceSwitch
 from service.remote.wire import HEADER, FrameBuffer, frame, pack_request, unpack_error, unpack_response
 from service.types import InferRequest, InferResponse, ResponseCallback
 
@@ -117,8 +117,6 @@ class _Responses(asyncio.Protocol):
                         target.set_exception(unpack_error(err))
                     else:
                         target.set_result(msg[3])
-            elif op == ENABLED:
-                self.engine.tracer.set_enabled(msg[1])
             elif op == "drain":
                 self.engine.on_drain()
 
@@ -135,12 +133,14 @@ def _forwarded(request: InferRequest, rid: int) -> tuple | None:
 class RemoteEngine:
     """The façade surface the gRPC and HTTP front ends use, served by the core process."""
 
-    def __init__(self, path: str, frontend_id: int, model_control_mode: str, allow_client_shm: bool) -> None:
+    def __init__(
+        self, path: str, frontend_id: int, model_control_mode: str, allow_client_shm: bool, trace_fd: int
+    ) -> None:
         self.path = path
         self.frontend_id = frontend_id
         self.model_control_mode = model_control_mode
         self._allow_client_shm = allow_client_shm
-        self.tracer = RemoteTracer(self._send)  # stamps here, samples and writes in the core
+        self.tracer = RemoteTracer(self._send, TraceSwitch(trace_fd))  # stamps here, samples and writes in the core
         self.waiting: dict[int, asyncio.Future[Any] | ResponseCallback] = {}
         self.stamped: dict[int, InferRequest] = {}  # requests with stage timestamps (TRIREME_STAGE_TRACE), by id
         self._ids = itertools.count(1)
@@ -221,9 +221,8 @@ class RemoteEngine:
         return result
 
     def trace_setting(self, model_name: str = "", updates: dict[str, list[str] | None] | None = None) -> dict:
-        result, enabled = self._call("trace_setting", model_name, updates)
-        self.tracer.set_enabled(enabled)  # at once here; the other front ends hear it from the core
-        return dict(result)
+        result: dict = self._call("trace_setting", model_name, updates)
+        return result
 
     def client_shm(self) -> Any:
         assert self._sync is not None

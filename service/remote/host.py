@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from service.core.engine import Engine
-from service.remote.tracing import ENABLED, END, CoreTraces
+from service.remote.tracing import END, CoreTraces, TraceSwitch
 from service.remote.wire import FrameBuffer, forwarded_trace, frame, pack_error, pack_response, unpack_request
 from service.types import InferRequest, InferResponse
 
@@ -38,10 +38,11 @@ class RemoteHost:
         self.conns: dict[int, _Conn] = {}  # front-end id -> its asynchronous connection
         self._server: asyncio.AbstractServer | None = None
         self.on_hello: Callable[[int], None] | None = None
-        self.tracing = engine.tracer.enabled  # what the front ends were last told (tracing.ENABLED)
+        self.tracing = TraceSwitch()  # the front ends inherit its fd
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self.tracing_changed()
         self._server = await loop.create_unix_server(lambda: _Conn(self), self.path)
 
     def broadcast(self, message: Any) -> None:
@@ -50,11 +51,8 @@ class RemoteHost:
             conn.write(data)
 
     def tracing_changed(self) -> None:
-        """Tell the front ends when the core's tracer turns on or off (they mark requests only while it is on)."""
-        enabled = self.engine.tracer.enabled
-        if enabled != self.tracing:
-            self.tracing = enabled
-            self.broadcast((ENABLED, enabled))
+        """Show the front ends whether the core's tracer is on (they mark requests for it only while it is)."""
+        self.tracing.set(self.engine.tracer.enabled)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -91,7 +89,7 @@ class RemoteHost:
         if method == "trace_setting":
             result = engine.trace_setting(*args)
             self.tracing_changed()
-            return result, engine.tracer.enabled
+            return result
         if method in (
             "model_metadata",
             "model_config",
@@ -160,7 +158,6 @@ class _Conn(asyncio.Protocol):
             _, self.kind, self.frontend_id = msg
             if self.kind == "async":
                 self.host.conns[self.frontend_id] = self
-                self.write(frame((ENABLED, self.host.engine.tracer.enabled)))
                 if self.host.on_hello is not None:
                     self.host.on_hello(self.frontend_id)
 

@@ -93,8 +93,9 @@ class Frontends:
     async def _spawn(self, i: int) -> asyncio.subprocess.Process:
         name = self.host.path.lstrip("\0")  # argv cannot carry the leading NUL: the front end adds it back
         args = [sys.executable, "-m", "service.remote.frontend_main", name, str(i)]
-        args += [str(self.grpc_port), str(self.http_port), "--", *self.argv]
-        return await asyncio.create_subprocess_exec(*args)
+        trace_fd = self.host.tracing.fd  # the core's tracing switch (service/remote/tracing.py)
+        args += [str(self.grpc_port), str(self.http_port), str(trace_fd), "--", *self.argv]
+        return await asyncio.create_subprocess_exec(*args, pass_fds=(trace_fd,))
 
     async def _watch(self, i: int) -> None:
         """Restart front end i whenever it exits while the server runs (its requests were cancelled in the core)."""

@@ -5,13 +5,17 @@ A front-end process cannot own a trace file or sampling counters (rates must hol
 the front end's stamps (GRPC_WAITREAD_*, HTTP_RECV_*, ...). They travel to the core with the request
 (`wire.pack_request`); the core's one Tracer decides there, as `Tracer.sample` does in one process, and keeps
 the trace of a sampled request until the front end sends the rest of its stamps (GRPC_SEND_*, HTTP_SEND_*) when
-it finishes the call (`CoreTraces.end`). `enabled` mirrors the core's tracer: the core tells every front end when
-it changes (settings changed through any front end, trace_count used up).
+it finishes the call (`CoreTraces.end`). `enabled` is the core's: one byte of shared memory (`TraceSwitch`)
+that the core sets whenever its tracer may have turned on or off (settings changed through any front end,
+trace_count used up), read by every front end per request: a change is seen by all once the call that made it
+returns.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +24,20 @@ from service.core.observability.tracer import Trace, Tracer
 
 # what a front end sends when it finishes a call it traced: ("t", request id, model, traceparent, stamps)
 END = "t"
-# what the core broadcasts when its tracer turns on or off: ("trace_enabled", bool)
-ENABLED = "trace_enabled"
+
+
+class TraceSwitch:
+    """Whether the core's tracer is on: one byte in a memfd the core creates and its front ends inherit."""
+
+    def __init__(self, fd: int = -1) -> None:
+        if fd < 0:
+            fd = os.memfd_create("trireme-tracing", os.MFD_CLOEXEC)
+            os.ftruncate(fd, 1)
+        self.fd = fd
+        self.map = mmap.mmap(fd, 1)
+
+    def set(self, on: bool) -> None:
+        self.map[0] = on
 
 
 class ForwardedTrace(Trace):
@@ -52,12 +68,18 @@ class ForwardedTrace(Trace):
 class RemoteTracer(Tracer):
     """A front end's tracer: on while the core's is; samples nothing itself (the core does)."""
 
-    def __init__(self, send: Callable[[Any], None]) -> None:
+    def __init__(self, send: Callable[[Any], None], switch: TraceSwitch) -> None:
+        self.switch = switch.map
         super().__init__(TraceSettings())
         self.send = send
 
-    def set_enabled(self, enabled: bool) -> None:
-        self.enabled = enabled
+    @property  # type: ignore[override]
+    def enabled(self) -> bool:
+        return self.switch[0] == 1
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:  # Tracer's own refresh: the core's switch decides here
+        pass
 
     def sample(self, model_name: str, traceparent: str = "") -> Trace | None:
         return ForwardedTrace(self, model_name, traceparent) if self.enabled else None

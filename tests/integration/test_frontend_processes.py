@@ -274,9 +274,9 @@ def test_tracing_through_both_frontends(tmp_path: Path) -> None:
         a.infer("ident", ident_inputs([0.5]), request_id="untraced")
         a.update_trace_settings(settings={"trace_count": "6"})
         assert b.get_trace_settings(as_json=True)["settings"]["trace_count"]["value"] == ["6"]
-        for i in range(5):  # 10 requests, alternating front ends: the first 6 are traced
-            a.infer("ident", ident_inputs([float(i)]), request_id=f"a{i}")
+        for i in range(5):  # 10 requests, alternating front ends (b first: it sees a's change): the first 6 traced
             b.infer("ident", ident_inputs([float(i)]), request_id=f"b{i}")
+            a.infer("ident", ident_inputs([float(i)]), request_id=f"a{i}")
         assert a.get_trace_settings(as_json=True)["settings"]["trace_count"]["value"] == ["0"]
         a.close()
         b.close()
