@@ -180,7 +180,13 @@ class _Conn(asyncio.Protocol):
                     # after the worker's ExecDone (read with the response) has added the worker's stages
                     packed_response = pack_response(response)
                     stamps = request.stamps
-                    asyncio.get_running_loop().call_soon(lambda: write(frame(("r", rid, packed_response, stamps))))
+                    traced = request.trace is not None
+                    asyncio.get_running_loop().call_soon(
+                        lambda: write(frame(("r", rid, packed_response, stamps, traced)))
+                    )
+                    return
+                if forwarded is not None:  # whether the core sampled it: the front end sends tracing.END only if so
+                    write(frame(("r", rid, pack_response(response), None, request.trace is not None)))
                     return
             write(frame(("r", rid, pack_response(response))))
 

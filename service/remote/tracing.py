@@ -5,10 +5,12 @@ A front-end process cannot own a trace file or sampling counters (rates must hol
 the front end's stamps (GRPC_WAITREAD_*, HTTP_RECV_*, ...). They travel to the core with the request
 (`wire.pack_request`); the core's one Tracer decides there, as `Tracer.sample` does in one process, and keeps
 the trace of a sampled request until the front end sends the rest of its stamps (GRPC_SEND_*, HTTP_SEND_*) when
-it finishes the call (`CoreTraces.end`). `enabled` is the core's: one byte of shared memory (`TraceSwitch`)
-that the core sets whenever its tracer may have turned on or off (settings changed through any front end,
-trace_count used up), read by every front end per request: a change is seen by all once the call that made it
-returns.
+it finishes the call (`CoreTraces.end`). The final response says whether the core sampled the request, so that
+end frame is sent only for traced requests (and for calls that ended without a final response: cancelled, or
+failed before or while starting, where the core's answer does not say).
+`enabled` is the core's: one byte of shared memory (`TraceSwitch`) that the core sets whenever its tracer may
+have turned on or off (settings changed through any front end, trace_count used up), read by every front end
+per request: a change is seen by all once the call that made it returns.
 """
 
 from __future__ import annotations
@@ -43,12 +45,13 @@ class TraceSwitch:
 class ForwardedTrace(Trace):
     """A front end's side of a trace: its stamps, and where to send them when the call is over."""
 
-    __slots__ = ("rid", "send")
+    __slots__ = ("rid", "sampled", "send")
 
     def __init__(self, tracer: RemoteTracer, model_name: str, traceparent: str) -> None:
         super().__init__(tracer, 0, model_name, tracer.global_settings)
         self.remote_parent = traceparent
         self.rid = 0  # the request's id on the wire once sent to the core (0: never sent)
+        self.sampled: bool | None = None  # what the core's final response said (None: no answer came)
         self.send: Callable[[Any], None] | None = tracer.send
 
     def forwarded(self, rid: int) -> tuple[str, list[tuple[str, int]]]:
@@ -60,7 +63,7 @@ class ForwardedTrace(Trace):
     def finish(self) -> None:
         """The call is over: the rest of the stamps go to the core, which writes the trace if it sampled it."""
         send, self.send = self.send, None
-        if send is not None:
+        if send is not None and self.sampled is not False:
             with contextlib.suppress(ConnectionError):  # the core is gone (this front end exits): nobody writes it
                 send((END, self.rid, self.model_name, self.remote_parent, self.stamps))
 

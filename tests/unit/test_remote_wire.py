@@ -112,6 +112,12 @@ def test_a_forwarded_trace_is_sampled_by_the_core_and_finished_with_the_front_en
     assert [m[:2] for m in sent] == [(END, 1), (END, 2)]
     for message in sent:
         traces.end(*message[1:])
+    untraced = front.sample("m", "")
+    assert isinstance(untraced, ForwardedTrace)
+    untraced.forwarded(3)
+    untraced.sampled = False  # the core's final response said it did not sample it: no end frame
+    untraced.finish()
+    assert len(sent) == 2
     records = core._done
     assert [r["timestamps"] for r in records if "timestamps" in r] == [
         [{"name": "GRPC_WAITREAD_START", "ns": 10}, {"name": "GRPC_SEND_END", "ns": 20}]
