@@ -32,7 +32,7 @@ from service.frontend.http.server import HttpFrontend, HttpOptions
 from service.frontend.metrics import Collector, MetricsService
 from service.frontend.openai.server import OpenAIFrontend
 from service.ipc.arena import SEGMENT_PREFIX
-from service.remote.supervisor import Frontends, frontend_count
+from service.remote.supervisor import Frontends
 from shm.registry import SharedMemoryRegistry
 
 log = logging.getLogger("trireme.server")
@@ -175,7 +175,7 @@ class Server:
             return False
         if self.config.allow_metrics:  # listening before the gRPC banner: whoever waits for it can scrape
             await self._start_metrics()
-        if frontend_count(self.config) > 1:  # the front ends run in their own processes over this core
+        if self.config.frontend_processes > 1:  # the front ends run in their own processes over this core
             self.frontends = Frontends(self.config, self.engine, self.config.argv)
             await self.frontends.start()
             self.grpc_port, http_port = self.frontends.grpc_port, self.frontends.http_port

@@ -19,8 +19,7 @@ from protos import model_config_pb2 as mc
 from service.core.engine import EXTENSIONS, SERVER_NAME, IndexEntry, ModelMetadata
 from service.core.observability.log_settings import LogValue
 from service.core.observability.stats import ModelStats
-from service.core.observability.trace_settings import TraceSettings
-from service.core.observability.tracer import Tracer
+from service.remote.tracing import ForwardedTrace, RemoteTracer, TraceSwitch
 from service.remote.wire import HEADER, FrameBuffer, frame, pack_request, unpack_error, unpack_response
 from service.types import InferRequest, InferResponse, ResponseCallback
 
@@ -100,10 +99,13 @@ class _Responses(asyncio.Protocol):
             op = msg[0]
             if op == "r":
                 response = unpack_response(msg[2])
-                if len(msg) > 3:  # the core's stage timestamps (TRIREME_STAGE_TRACE), one clock for all processes
-                    stamped = self.engine.stamped.pop(msg[1], None)
-                    if stamped is not None and stamped.stamps is not None:
-                        stamped.stamps.extend(msg[3])
+                if len(msg) > 3:  # a final response of an observed request
+                    observed = self.engine.observed.pop(msg[1], None)
+                    if observed is not None:
+                        if msg[3] is not None and observed.stamps is not None:
+                            observed.stamps.extend(msg[3])  # the core's stage timestamps (TRIREME_STAGE_TRACE)
+                        if isinstance(observed.trace, ForwardedTrace):
+                            observed.trace.sampled = msg[4]  # whether the core traces it (service/remote/tracing.py)
                 target = waiting.pop(msg[1], None) if response.final else waiting.get(msg[1])
                 if isinstance(target, asyncio.Future):
                     if not target.done():
@@ -125,17 +127,26 @@ class _Responses(asyncio.Protocol):
         self.engine.on_core_lost()
 
 
+def _forwarded(request: InferRequest, rid: int) -> tuple | None:
+    """What a traced request takes to the core (service/remote/tracing.py)."""
+    trace = request.trace
+    return trace.forwarded(rid) if isinstance(trace, ForwardedTrace) else None
+
+
 class RemoteEngine:
     """The façade surface the gRPC and HTTP front ends use, served by the core process."""
 
-    def __init__(self, path: str, frontend_id: int, model_control_mode: str, allow_client_shm: bool) -> None:
+    def __init__(
+        self, path: str, frontend_id: int, model_control_mode: str, allow_client_shm: bool, trace_fd: int
+    ) -> None:
         self.path = path
         self.frontend_id = frontend_id
         self.model_control_mode = model_control_mode
         self._allow_client_shm = allow_client_shm
-        self.tracer = Tracer(TraceSettings())  # tracing is not carried across front ends (docs/architecture.md)
+        self.tracer = RemoteTracer(self._send, TraceSwitch(trace_fd))  # stamps here, samples and writes in the core
         self.waiting: dict[int, asyncio.Future[Any] | ResponseCallback] = {}
-        self.stamped: dict[int, InferRequest] = {}  # requests with stage timestamps (TRIREME_STAGE_TRACE), by id
+        # requests with stage timestamps (TRIREME_STAGE_TRACE) or a forwarded trace, by id
+        self.observed: dict[int, InferRequest] = {}
         self._ids = itertools.count(1)
         self._transport: asyncio.Transport | None = None
         self._sync: _SyncChannel | None = None
@@ -234,9 +245,10 @@ class RemoteEngine:
         rid = next(self._ids)
         future: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
         self.waiting[rid] = future
-        if request.stamps is not None:
-            self.stamped[rid] = request
-        self._send(("i", rid, pack_request(request)))
+        observed = request.stamps is not None or request.trace is not None
+        if observed:
+            self.observed[rid] = request
+        self._send(("i", rid, pack_request(request, _forwarded(request, rid))))
         try:
             return await future
         except asyncio.CancelledError:
@@ -245,20 +257,24 @@ class RemoteEngine:
                 self._send(("c", rid))
             raise
         finally:
-            if request.stamps is not None:
-                self.stamped.pop(rid, None)
+            if observed:
+                self.observed.pop(rid, None)
 
     def submit(self, request: InferRequest, on_response: ResponseCallback) -> RemoteVersion:
         rid = next(self._ids)
         self.waiting[rid] = on_response
+        if request.trace is not None:
+            self.observed[rid] = request
         try:
-            streams, decoupled = self._call("submit", rid, pack_request(request))
+            streams, decoupled = self._call("submit", rid, pack_request(request, _forwarded(request, rid)))
         except BaseException:
             self.waiting.pop(rid, None)
+            self.observed.pop(rid, None)
             raise
         return RemoteVersion(rid, streams, decoupled)
 
     def cancel(self, request: InferRequest, mv: Any) -> None:
         request.cancelled = True
+        self.observed.pop(mv.rid, None)
         if self.waiting.pop(mv.rid, None) is not None:
             self._send(("c", mv.rid))

@@ -1,5 +1,5 @@
-"""A front-end process (`python -m service.remote.frontend_main NAME ID GRPC_PORT HTTP_PORT -- SERVER_FLAGS`, NAME
-the core's abstract Unix socket name):
+"""A front-end process (`python -m service.remote.frontend_main NAME ID GRPC_PORT HTTP_PORT TRACE_FD -- SERVER_FLAGS`,
+NAME the core's abstract Unix socket name, TRACE_FD the inherited tracing switch):
 the gRPC and HTTP front ends on ports shared with the other front-end processes (SO_REUSEPORT), over a
 RemoteEngine connected to the core process that started it. It exits when the core tells it to drain (after its
 in-flight calls finish, up to --exit-timeout-secs) or at once when the core's connection closes."""
@@ -24,9 +24,12 @@ from service.remote.client import RemoteEngine
 log = logging.getLogger("trireme.frontend")
 
 
-async def serve_frontend(path: str, frontend_id: int, grpc_port: int, http_port: int, config: ServerConfig) -> int:
+async def serve_frontend(
+    path: str, frontend_id: int, ports: tuple[int, int], trace_fd: int, config: ServerConfig
+) -> int:
     """Listen, serve until drained or orphaned; returns the exit status."""
-    remote = RemoteEngine(path, frontend_id, config.model_control_mode, config.allow_client_shm)
+    grpc_port, http_port = ports
+    remote = RemoteEngine(path, frontend_id, config.model_control_mode, config.allow_client_shm, trace_fd)
     stop = asyncio.Event()
     lost = False
 
@@ -72,11 +75,13 @@ def main() -> None:
     path, frontend_id = "\0" + sys.argv[1], int(sys.argv[2])
     grpc_port, http_port = int(sys.argv[3]), int(sys.argv[4])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("trireme.config").setLevel(logging.ERROR)  # the core already warned about its flags
-    config = parse_args(sys.argv[6:])
+    for name in ("trireme.config", "trireme.trace"):  # the core already warned about its flags
+        logging.getLogger(name).setLevel(logging.ERROR)
+    trace_fd = int(sys.argv[5])
+    config = parse_args(sys.argv[7:])
     uvloop.install()
     try:
-        code = asyncio.run(serve_frontend(path, frontend_id, grpc_port, http_port, config))
+        code = asyncio.run(serve_frontend(path, frontend_id, (grpc_port, http_port), trace_fd, config))
     except (ConnectionError, OSError) as e:
         log.error("front end %d (pid %d) stops: %s", frontend_id, os.getpid(), e)
         code = 1

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from service.core.engine import Engine
-from service.remote.wire import FrameBuffer, frame, pack_error, pack_response, unpack_request
+from service.remote.tracing import END, CoreTraces, TraceSwitch
+from service.remote.wire import FrameBuffer, forwarded_trace, frame, pack_error, pack_response, unpack_request
 from service.types import InferRequest, InferResponse
 
 log = logging.getLogger("trireme.remote")
@@ -37,16 +38,21 @@ class RemoteHost:
         self.conns: dict[int, _Conn] = {}  # front-end id -> its asynchronous connection
         self._server: asyncio.AbstractServer | None = None
         self.on_hello: Callable[[int], None] | None = None
-        self._warned_tracing = False
+        self.tracing = TraceSwitch()  # the front ends inherit its fd
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self.tracing_changed()
         self._server = await loop.create_unix_server(lambda: _Conn(self), self.path)
 
     def broadcast(self, message: Any) -> None:
         data = frame(message)
         for conn in list(self.conns.values()):
             conn.write(data)
+
+    def tracing_changed(self) -> None:
+        """Show the front ends whether the core's tracer is on (they mark requests for it only while it is)."""
+        self.tracing.set(self.engine.tracer.enabled)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -80,12 +86,10 @@ class RemoteHost:
             return None
         if method == "log_dict":
             return engine.log_settings.as_dict()
-        if method == "trace_setting" and args[1] and not self._warned_tracing:
-            self._warned_tracing = True
-            log.warning(
-                "trace settings changed through a front-end process: requests served by front-end processes are "
-                "not traced (tracing needs --frontend-processes 1)"
-            )
+        if method == "trace_setting":
+            result = engine.trace_setting(*args)
+            self.tracing_changed()
+            return result
         if method in (
             "model_metadata",
             "model_config",
@@ -93,7 +97,6 @@ class RemoteHost:
             "repository_index",
             "is_decoupled",
             "model_location",
-            "trace_setting",
         ):
             return getattr(engine, method)(*args)
         raise ValueError(f"unknown call {method!r}")
@@ -110,6 +113,7 @@ class _Conn(asyncio.Protocol):
         self.frontend_id = 0
         # request id -> [request, model version (None until started)]
         self.inflight: dict[int, list[Any]] = {}
+        self.traces = CoreTraces(lambda: host.engine.tracer)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -147,6 +151,9 @@ class _Conn(asyncio.Protocol):
             self.write(frame(reply))
         elif op == "a":
             asyncio.get_running_loop().create_task(self._async_call(msg[1], msg[2], msg[3]))
+        elif op == END:
+            self.traces.end(*msg[1:])
+            self.host.tracing_changed()  # sampling may have used up trace_count
         elif op == "hello":
             _, self.kind, self.frontend_id = msg
             if self.kind == "async":
@@ -157,6 +164,10 @@ class _Conn(asyncio.Protocol):
     def start(self, rid: int, packed: tuple, start: Callable[..., Any]) -> Any:
         """Start a request of this front end; its responses go back as ("r", rid, response) frames."""
         request: InferRequest = unpack_request(packed)
+        forwarded = forwarded_trace(packed)
+        if forwarded is not None:
+            self.traces.begin(rid, request, forwarded)
+            self.host.tracing_changed()  # sampling may have used up trace_count
         entry: list[Any] = [request, None]
         inflight = self.inflight
         inflight[rid] = entry
@@ -169,7 +180,13 @@ class _Conn(asyncio.Protocol):
                     # after the worker's ExecDone (read with the response) has added the worker's stages
                     packed_response = pack_response(response)
                     stamps = request.stamps
-                    asyncio.get_running_loop().call_soon(lambda: write(frame(("r", rid, packed_response, stamps))))
+                    traced = request.trace is not None
+                    asyncio.get_running_loop().call_soon(
+                        lambda: write(frame(("r", rid, packed_response, stamps, traced)))
+                    )
+                    return
+                if forwarded is not None:  # whether the core sampled it: the front end sends tracing.END only if so
+                    write(frame(("r", rid, pack_response(response), None, request.trace is not None)))
                     return
             write(frame(("r", rid, pack_response(response))))
 
@@ -195,6 +212,7 @@ class _Conn(asyncio.Protocol):
         self.transport = None
         if self.kind != "async":
             return
+        self.traces.close()
         if self.host.conns.get(self.frontend_id) is self:
             del self.host.conns[self.frontend_id]
         inflight, self.inflight = self.inflight, {}

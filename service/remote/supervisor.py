@@ -35,16 +35,6 @@ def reserve_port(address: str, port: int) -> socket.socket:
     return sock
 
 
-def frontend_count(config: ServerConfig) -> int:
-    """How many front-end processes to run; tracing (--trace-config) is not carried across processes yet, so a
-    traced server keeps one process (with a warning) rather than lose traces."""
-    n = config.frontend_processes
-    if n > 1 and config.trace_config:
-        log.warning("--frontend-processes %d: tracing (--trace-config) needs one front end: serving with 1", n)
-        return 1
-    return n
-
-
 class Frontends:
     """N front-end processes over `engine`."""
 
@@ -103,8 +93,9 @@ class Frontends:
     async def _spawn(self, i: int) -> asyncio.subprocess.Process:
         name = self.host.path.lstrip("\0")  # argv cannot carry the leading NUL: the front end adds it back
         args = [sys.executable, "-m", "service.remote.frontend_main", name, str(i)]
-        args += [str(self.grpc_port), str(self.http_port), "--", *self.argv]
-        return await asyncio.create_subprocess_exec(*args)
+        trace_fd = self.host.tracing.fd  # the core's tracing switch (service/remote/tracing.py)
+        args += [str(self.grpc_port), str(self.http_port), str(trace_fd), "--", *self.argv]
+        return await asyncio.create_subprocess_exec(*args, pass_fds=(trace_fd,))
 
     async def _watch(self, i: int) -> None:
         """Restart front end i whenever it exits while the server runs (its requests were cancelled in the core)."""

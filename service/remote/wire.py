@@ -57,8 +57,9 @@ def _bytes(data: Any) -> bytes | None:
     return None if data is None else bytes(data)
 
 
-def pack_request(r: InferRequest) -> tuple:
-    """The fields of a request the core needs (not its callbacks, trace or scheduler bookkeeping)."""
+def pack_request(r: InferRequest, trace: tuple | None = None) -> tuple:
+    """The fields of a request the core needs (not its callbacks or scheduler bookkeeping); `trace`: what the
+    front end's tracing hands on (service/remote/tracing.py), read by the core with `forwarded_trace`."""
     return (
         r.model_name,
         r.model_version,
@@ -72,12 +73,19 @@ def pack_request(r: InferRequest) -> tuple:
         r.timeout_us,
         r.enable_empty_final,
         r.stamps is not None,
+        trace,
     )
+
+
+def forwarded_trace(t: tuple) -> tuple | None:
+    """The tracing part of a packed request (None: the front end's tracing was off)."""
+    result: tuple | None = t[-1]
+    return result
 
 
 def unpack_request(t: tuple) -> InferRequest:
     """pack_request's inverse."""
-    name, version, rid, inputs, outputs, params, seq, flags, prio, timeout, empty_final, stamped = t
+    name, version, rid, inputs, outputs, params, seq, flags, prio, timeout, empty_final, stamped, _ = t
     return InferRequest(
         name,
         version,

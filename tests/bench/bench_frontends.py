@@ -37,8 +37,11 @@ from tests.bench.models import MODEL, write_identity  # noqa: E402
 from tests.bench.servers import ANCHORS, free_port, start_triton, stop, tree_usage, usage_per_request  # noqa: E402
 
 
-def start(kind: str, repo: Path, port: int, work: Path, main_root: Path, prefix: list[str]) -> subprocess.Popen[bytes]:
-    """`main` (the other checkout), `n1`/`n2` (this tree with 1 / 2 front ends) or `triton`; does not wait."""
+def start(
+    kind: str, repo: Path, port: int, work: Path, main_root: Path, prefix: list[str], extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """`main` (the other checkout), `n1`/`n2` (this tree with 1 / 2 front ends) or `triton`; does not wait.
+    `extra`: more server flags (Trireme only)."""
     log = (work / f"{kind}_{port}.log").open("wb")
     if kind == "triton":
         return start_triton(repo, port, work / f"{kind}_{port}.log", prefix=prefix)
@@ -50,6 +53,7 @@ def start(kind: str, repo: Path, port: int, work: Path, main_root: Path, prefix:
     ]  # fmt: skip
     if kind != "main":
         cmd += ["--frontend-processes", kind[1:]]
+    cmd += extra
     env = {**os.environ, "PYTHONPATH": str(root)}
     env.pop("TRIREME_FRONTEND_PROCESSES", None)
     return subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)

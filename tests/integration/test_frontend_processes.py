@@ -4,6 +4,7 @@ cancellation, drain on SIGTERM and the restart of a killed front end work as wit
 
 from __future__ import annotations
 
+import json
 import queue
 import signal
 import time
@@ -254,3 +255,39 @@ def test_drain_on_sigterm(tmp_path: Path) -> None:
             wait_for(lambda pid=pid: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", 10)
     finally:
         srv.stop()
+
+
+def test_tracing_through_both_frontends(tmp_path: Path) -> None:
+    """One trace file, written by the core, holds the traces of requests from both front ends with every stamp
+    in order; trace settings changed through one front end hold for the other, and trace_count for both."""
+    from tests.integration.test_tracing import ORDER, traces_by_id
+
+    repo, trace_file = tmp_path / "repo", tmp_path / "trace.json"
+    write_python_model(repo, "ident")
+    args = [*FRONTENDS, "--trace-config", f"triton,file={trace_file}", "--trace-config", "level=TIMESTAMPS"]
+    args += ["--trace-config", "rate=1", "--trace-config", "count=0"]  # nothing traced until a client says so
+    srv = ServerProcess([repo], args, tmp_path / "server.log")
+    try:
+        srv.wait_ready()
+        first, second = frontend_pids(srv)
+        a, b = client_on(srv, first), client_on(srv, second)
+        a.infer("ident", ident_inputs([0.5]), request_id="untraced")
+        a.update_trace_settings(settings={"trace_count": "6"})
+        assert b.get_trace_settings(as_json=True)["settings"]["trace_count"]["value"] == ["6"]
+        for i in range(5):  # 10 requests, alternating front ends (b first: it sees a's change): the first 6 traced
+            b.infer("ident", ident_inputs([float(i)]), request_id=f"b{i}")
+            a.infer("ident", ident_inputs([float(i)]), request_id=f"a{i}")
+        assert a.get_trace_settings(as_json=True)["settings"]["trace_count"]["value"] == ["0"]
+        a.close()
+        b.close()
+    finally:
+        srv.stop()  # log_frequency 0: the core writes the file at exit
+    traces = traces_by_id(json.loads(trace_file.read_text()))
+    assert sorted(t["request_id"] for t in traces.values()) == ["a0", "a1", "a2", "b0", "b1", "b2"]
+    for t in traces.values():
+        assert t["model_name"] == "ident" and t["model_version"] == 1
+        stamps = t["timestamps"]
+        assert list(stamps) == ORDER, stamps
+        values = [stamps[name] for name in ORDER]
+        assert values == sorted(values), stamps
+    assert not list(tmp_path.glob("trace.json.*"))  # one file

@@ -5,9 +5,13 @@ from __future__ import annotations
 import pytest
 
 from service.config.flags import parse_args
+from service.core.observability.trace_settings import TraceSettings
+from service.core.observability.tracer import Tracer
 from service.errors import ErrorCode, ServiceError
+from service.remote.tracing import END, CoreTraces, ForwardedTrace, RemoteTracer, TraceSwitch
 from service.remote.wire import (
     FrameBuffer,
+    forwarded_trace,
     frame,
     pack_error,
     pack_request,
@@ -75,3 +79,46 @@ def test_errors_keep_type_code_and_message() -> None:
     assert isinstance(s, ShmError) and (s.code, s.message) == ("ALREADY_EXISTS", "taken")
     other = unpack_error(pack_error(RuntimeError("boom")))
     assert isinstance(other, ServiceError) and other.code == ErrorCode.INTERNAL and other.message == "boom"
+
+
+def test_a_forwarded_trace_is_sampled_by_the_core_and_finished_with_the_front_ends_stamps() -> None:
+    sent: list[tuple] = []
+    switch = TraceSwitch()
+    front = RemoteTracer(sent.append, TraceSwitch(switch.fd))
+    assert not front.enabled and front.sample("m") is None
+    switch.set(True)  # the core's tracer is on: every front end sees it
+    assert front.enabled
+    core = Tracer(TraceSettings(level=("TIMESTAMPS",), rate=1, count=1))
+    traces = CoreTraces(lambda: core)
+    packed = []
+    for rid in (1, 2):
+        trace = front.sample("m", "")
+        assert isinstance(trace, ForwardedTrace)
+        trace.stamp("GRPC_WAITREAD_START", 10)
+        request = InferRequest("m", "", f"r{rid}", [], [])
+        request.trace = trace
+        packed.append((trace, pack_request(request, trace.forwarded(rid))))
+    for rid, (_, p) in enumerate(packed, 1):
+        request = unpack_request(p)
+        forwarded = forwarded_trace(p)
+        assert forwarded is not None and forwarded[1] == [("GRPC_WAITREAD_START", 10)]
+        traces.begin(rid, request, forwarded)
+        assert (request.trace is not None) == (rid == 1)  # trace_count 1: only the first is sampled
+    assert not core.enabled
+    for trace, _ in packed:
+        trace.stamp("GRPC_SEND_END", 20)
+        trace.finish()
+        trace.finish()  # once only
+    assert [m[:2] for m in sent] == [(END, 1), (END, 2)]
+    for message in sent:
+        traces.end(*message[1:])
+    untraced = front.sample("m", "")
+    assert isinstance(untraced, ForwardedTrace)
+    untraced.forwarded(3)
+    untraced.sampled = False  # the core's final response said it did not sample it: no end frame
+    untraced.finish()
+    assert len(sent) == 2
+    records = core._done
+    assert [r["timestamps"] for r in records if "timestamps" in r] == [
+        [{"name": "GRPC_WAITREAD_START", "ns": 10}, {"name": "GRPC_SEND_END", "ns": 20}]
+    ]
