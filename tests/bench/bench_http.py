@@ -85,7 +85,11 @@ def ab_json(http_port: int, body: Path, concurrency: int = 8, n: int = 3000) -> 
     """Requests/s of `ab -k` posting the JSON body (0 when ab is missing or requests failed)."""
     if shutil.which("ab") is None:
         return 0.0
-    url = f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/infer"
+    return ab_rate(f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/infer", body, concurrency, n)
+
+
+def ab_rate(url: str, body: Path, concurrency: int, n: int) -> float:
+    """Requests/s of `ab -k` posting the JSON body to url; RuntimeError when a request failed."""
     cmd = ["ab", "-q", "-k", "-c", str(concurrency), "-n", str(n), "-p", str(body), "-T", "application/json", url]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300).stdout
     failed = re.search(r"Failed requests:\s+(\d+)", out)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.bench.bench_http import ab_rate  # noqa: E402
 from tests.bench.servers import free_port, proc_usage, wait_port  # noqa: E402
 
 PATH = "/v2/models/m/infer"
@@ -108,14 +108,7 @@ SERVERS = {"aiohttp": serve_aiohttp, "granian": serve_granian, "h1": serve_h1}
 
 
 def ab(port: int, concurrency: int, n: int, body: Path) -> float:
-    url = f"http://127.0.0.1:{port}{PATH}"
-    cmd = ["ab", "-q", "-k", "-c", str(concurrency), "-n", str(n), "-p", str(body), "-T", "application/json", url]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300).stdout
-    failed = re.search(r"Failed requests:\s+(\d+)", out)
-    rate = re.search(r"Requests per second:\s+([\d.]+)", out)
-    if not failed or not rate or int(failed.group(1)) or "Non-2xx" in out:
-        raise RuntimeError(f"ab failed:\n{out[-2000:]}")
-    return float(rate.group(1))
+    return ab_rate(f"http://127.0.0.1:{port}{PATH}", body, concurrency, n)
 
 
 def main() -> None:
