@@ -15,6 +15,7 @@ from service.instances.spec import InstanceSpec
 from service.instances.transfer import _Inflight
 from service.ipc import frames as ipc
 from service.ipc.arena import GrowingArena
+from service.ipc.framing import FrameReader
 from service.types import InferResponse, OutputTensor
 
 log = logging.getLogger("trireme.workers")
@@ -30,34 +31,10 @@ class _WorkerProtocol(asyncio.Protocol):
 
     def __init__(self, owner: _Owner) -> None:
         self.owner = owner
-        self.buf = bytearray()
+        self.reader = FrameReader(ipc.decode, owner.on_message)
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        if not buf:  # the common case: whole frames in one read, decoded from `data` without copying it first
-            view = memoryview(data)
-            pos, end = 0, len(data)
-            while end - pos >= 4:
-                (n,) = ipc.HEADER.unpack_from(data, pos)
-                if end - pos - 4 < n:
-                    break
-                message = ipc.decode(view[pos + 4 : pos + 4 + n])
-                pos += 4 + n
-                self.owner.on_message(message)
-            if pos < end:
-                buf += view[pos:]
-            return
-        buf += data
-        pos, end = 0, len(buf)
-        while end - pos >= 4:
-            (n,) = ipc.HEADER.unpack_from(buf, pos)
-            if end - pos - 4 < n:
-                break
-            message = ipc.decode(memoryview(buf)[pos + 4 : pos + 4 + n])
-            pos += 4 + n
-            self.owner.on_message(message)
-        if pos:
-            del buf[:pos]
+        self.reader.feed(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.owner.on_connection_lost()

@@ -19,8 +19,9 @@ from protos import model_config_pb2 as mc
 from service.core.engine import EXTENSIONS, SERVER_NAME, IndexEntry, ModelMetadata
 from service.core.observability.log_settings import LogValue
 from service.core.observability.stats import ModelStats
+from service.ipc.framing import FrameReader
 from service.remote.tracing import ForwardedTrace, RemoteTracer, TraceSwitch
-from service.remote.wire import HEADER, FrameBuffer, frame, pack_request, unpack_error, unpack_response
+from service.remote.wire import HEADER, frame, pack_request, unpack_error, unpack_response
 from service.types import InferRequest, InferResponse, ResponseCallback
 
 
@@ -91,37 +92,39 @@ class _Responses(asyncio.Protocol):
 
     def __init__(self, engine: RemoteEngine) -> None:
         self.engine = engine
-        self.frames = FrameBuffer()
+        self.frames = FrameReader(pickle.loads, self.on_message)
 
     def data_received(self, data: bytes) -> None:
+        self.frames.feed(data)
+
+    def on_message(self, msg: tuple) -> None:
         waiting = self.engine.waiting
-        for msg in self.frames.feed(data):
-            op = msg[0]
-            if op == "r":
-                response = unpack_response(msg[2])
-                if len(msg) > 3:  # a final response of an observed request
-                    observed = self.engine.observed.pop(msg[1], None)
-                    if observed is not None:
-                        if msg[3] is not None and observed.stamps is not None:
-                            observed.stamps.extend(msg[3])  # the core's stage timestamps (TRIREME_STAGE_TRACE)
-                        if isinstance(observed.trace, ForwardedTrace):
-                            observed.trace.sampled = msg[4]  # whether the core traces it (service/remote/tracing.py)
-                target = waiting.pop(msg[1], None) if response.final else waiting.get(msg[1])
-                if isinstance(target, asyncio.Future):
-                    if not target.done():
-                        target.set_result(response)
-                elif target is not None:
-                    target(response)
-            elif op == "e" or op == "a":
-                target = waiting.pop(msg[1], None)
-                if isinstance(target, asyncio.Future) and not target.done():
-                    err = msg[2]
-                    if err is not None:
-                        target.set_exception(unpack_error(err))
-                    else:
-                        target.set_result(msg[3])
-            elif op == "drain":
-                self.engine.on_drain()
+        op = msg[0]
+        if op == "r":
+            response = unpack_response(msg[2])
+            if len(msg) > 3:  # a final response of an observed request
+                observed = self.engine.observed.pop(msg[1], None)
+                if observed is not None:
+                    if msg[3] is not None and observed.stamps is not None:
+                        observed.stamps.extend(msg[3])  # the core's stage timestamps (TRIREME_STAGE_TRACE)
+                    if isinstance(observed.trace, ForwardedTrace):
+                        observed.trace.sampled = msg[4]  # whether the core traces it (service/remote/tracing.py)
+            target = waiting.pop(msg[1], None) if response.final else waiting.get(msg[1])
+            if isinstance(target, asyncio.Future):
+                if not target.done():
+                    target.set_result(response)
+            elif target is not None:
+                target(response)
+        elif op == "e" or op == "a":
+            target = waiting.pop(msg[1], None)
+            if isinstance(target, asyncio.Future) and not target.done():
+                err = msg[2]
+                if err is not None:
+                    target.set_exception(unpack_error(err))
+                else:
+                    target.set_result(msg[3])
+        elif op == "drain":
+            self.engine.on_drain()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.engine.on_core_lost()

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 from collections.abc import Callable
 from typing import Any
 
 from service.core.engine import Engine
+from service.ipc.framing import FrameReader
 from service.remote.tracing import END, CoreTraces, TraceSwitch
-from service.remote.wire import FrameBuffer, forwarded_trace, frame, pack_error, pack_response, unpack_request
+from service.remote.wire import forwarded_trace, frame, pack_error, pack_response, unpack_request
 from service.types import InferRequest, InferResponse
 
 log = logging.getLogger("trireme.remote")
@@ -107,7 +109,7 @@ class _Conn(asyncio.Protocol):
 
     def __init__(self, host: RemoteHost) -> None:
         self.host = host
-        self.frames = FrameBuffer()
+        self.frames = FrameReader(pickle.loads, self.on_message)
         self.transport: asyncio.Transport | None = None
         self.kind = ""
         self.frontend_id = 0
@@ -124,11 +126,13 @@ class _Conn(asyncio.Protocol):
             t.write(data)
 
     def data_received(self, data: bytes) -> None:
-        for msg in self.frames.feed(data):
-            try:
-                self.handle(msg)
-            except Exception:
-                log.exception("front-end frame %r failed", msg[0] if msg else msg)
+        self.frames.feed(data)
+
+    def on_message(self, msg: tuple) -> None:
+        try:
+            self.handle(msg)
+        except Exception:
+            log.exception("front-end frame %r failed", msg[0] if msg else msg)
 
     def handle(self, msg: tuple) -> None:
         op = msg[0]

@@ -29,30 +29,6 @@ def frame(message: Any) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-class FrameBuffer:
-    """Splits a byte stream into messages (feed() returns the complete ones)."""
-
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def feed(self, data: bytes) -> list[Any]:
-        buf = self.buf
-        buf += data
-        out = []
-        pos, end = 0, len(buf)
-        while end - pos >= 4:
-            (n,) = HEADER.unpack_from(buf, pos)
-            if end - pos - 4 < n:
-                break
-            out.append(pickle.loads(memoryview(buf)[pos + 4 : pos + 4 + n]))
-            pos += 4 + n
-        if pos:
-            del buf[:pos]
-        return out
-
-
 def _bytes(data: Any) -> bytes | None:
     return None if data is None else bytes(data)
 

@@ -9,6 +9,7 @@ import pytest
 
 from service.ipc import frames as ipc
 from service.ipc.arena import ALIGN, Allocator
+from service.ipc.framing import FrameReader
 
 
 def _payload(frame: bytes) -> bytes:
@@ -47,6 +48,25 @@ def test_the_decoder_knows_every_message_of_the_union() -> None:
 def test_a_garbled_frame_is_a_decode_error_not_a_wrong_message() -> None:
     with pytest.raises(msgspec.DecodeError):
         ipc.decode(b"\x92\xa5nope!\x01")
+
+
+def test_frame_reader_splits_reads_and_stays_in_step_when_delivery_fails() -> None:
+    got: list[object] = []
+
+    def deliver(message: object) -> None:
+        if isinstance(message, ipc.Cancel) and message.rids == [1]:
+            raise RuntimeError("handler failed")
+        got.append(message)
+
+    reader = FrameReader(ipc.decode, deliver)
+    data = ipc.encode(ipc.Cancel([1])) + ipc.encode(ipc.Release([8])) + ipc.encode(ipc.Cancel([2]))
+    cut = len(data) - 3  # the last frame arrives in two reads
+    with pytest.raises(RuntimeError):
+        reader.feed(data[:cut])  # whole frames, decoded straight from the read
+    assert got == []
+    reader.feed(data[cut:])
+    # the frames after the failed one were kept, nothing was delivered twice
+    assert got == [ipc.Release([8]), ipc.Cancel([2])]
 
 
 def test_the_allocator_aligns_reuses_and_coalesces() -> None:

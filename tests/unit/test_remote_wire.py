@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from service.config.flags import parse_args
 from service.core.observability.trace_settings import TraceSettings
 from service.core.observability.tracer import Tracer
 from service.errors import ErrorCode, ServiceError
+from service.ipc.framing import FrameReader
 from service.remote.tracing import END, CoreTraces, ForwardedTrace, RemoteTracer, TraceSwitch
 from service.remote.wire import (
-    FrameBuffer,
     forwarded_trace,
     frame,
     pack_error,
@@ -56,10 +58,12 @@ def test_request_and_response_round_trip_through_frames() -> None:
         "m", "1", "id-7", [OutputTensor("Y", "FP32", [2], memoryview(b"\x01" * 8))], {"k": True},
         ServiceError(ErrorCode.INVALID_ARG, "bad"), final=False, null=False, model_error=True,
     )  # fmt: skip
-    buffer = FrameBuffer()
+    messages: list[tuple] = []
+    reader = FrameReader(pickle.loads, messages.append)
     data = frame(("i", 1, pack_request(request))) + frame(("r", 1, pack_response(response)))
-    first = buffer.feed(data[:5])  # a frame split across reads
-    messages = first + buffer.feed(data[5:])
+    reader.feed(data[:5])  # a frame split across reads
+    assert messages == []
+    reader.feed(data[5:])
     assert [m[0] for m in messages] == ["i", "r"]
     got = unpack_request(messages[0][2])
     assert (got.model_name, got.model_version, got.id, got.parameters) == ("m", "1", "id-7", {"p": 1, "q": "s"})
