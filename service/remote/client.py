@@ -19,7 +19,9 @@ from protos import model_config_pb2 as mc
 from service.core.engine import EXTENSIONS, SERVER_NAME, IndexEntry, ModelMetadata
 from service.core.observability.log_settings import LogValue
 from service.core.observability.stats import ModelStats
+from service.ipc.blocks import copy_into
 from service.ipc.framing import FrameReader
+from service.remote.tensors import LinkTensors
 from service.remote.tracing import ForwardedTrace, RemoteTracer, TraceSwitch
 from service.remote.wire import HEADER, frame, pack_request, unpack_error, unpack_response
 from service.types import InferRequest, InferResponse, ResponseCallback
@@ -101,7 +103,7 @@ class _Responses(asyncio.Protocol):
         waiting = self.engine.waiting
         op = msg[0]
         if op == "r":
-            response = unpack_response(msg[2])
+            response = unpack_response(msg[2], self.engine.tensors.resolve)
             if len(msg) > 3:  # a final response of an observed request
                 observed = self.engine.observed.pop(msg[1], None)
                 if observed is not None:
@@ -123,6 +125,8 @@ class _Responses(asyncio.Protocol):
                     target.set_exception(unpack_error(err))
                 else:
                     target.set_result(msg[3])
+        elif op == "f":  # the core is done with these input blocks
+            self.engine.tensors.free(msg[1])
         elif op == "drain":
             self.engine.on_drain()
 
@@ -155,6 +159,8 @@ class RemoteEngine:
         self._sync: _SyncChannel | None = None
         self.on_drain: Callable[[], None] = lambda: None
         self.on_core_lost: Callable[[], None] = lambda: None
+        # large request inputs go to the core through this front end's arena (service/remote/tensors.py)
+        self.tensors = LinkTensors(f"fe{frontend_id}", self._give_back)
 
     async def connect(self) -> None:
         """Open both connections to the core (the core counts this front end as up after hello())."""
@@ -176,6 +182,15 @@ class RemoteEngine:
         if t is None or t.is_closing():
             raise ConnectionError("the core process closed the connection")
         t.write(frame(message))
+
+    def _give_back(self, offsets: list[int]) -> None:
+        t = self._transport
+        if t is not None and not t.is_closing():  # else the core is gone, and its arenas with it
+            t.write(frame(("f", offsets)))
+
+    def close(self) -> None:
+        """Remove this front end's arena (on exit)."""
+        self.tensors.close()
 
     def _call(self, method: str, *args: Any) -> Any:
         assert self._sync is not None
@@ -251,7 +266,19 @@ class RemoteEngine:
         observed = request.stamps is not None or request.trace is not None
         if observed:
             self.observed[rid] = request
-        self._send(("i", rid, pack_request(request, _forwarded(request, rid))))
+        tensors = self.tensors
+        packed = pack_request(request, _forwarded(request, rid), tensors.place)
+        if tensors.pending:  # large inputs: a thread copies them into the arena before the request goes
+            copies, offsets = tensors.take_pending()
+            job = asyncio.get_running_loop().run_in_executor(None, copy_into, copies)
+            try:
+                await asyncio.shield(job)
+            except asyncio.CancelledError:  # nothing was sent: the blocks are free once the thread is done
+                self.waiting.pop(rid, None)
+                self.observed.pop(rid, None)
+                job.add_done_callback(lambda _: tensors.free(offsets))
+                raise
+        self._send(("i", rid, packed))
         try:
             return await future
         except asyncio.CancelledError:
@@ -268,8 +295,12 @@ class RemoteEngine:
         self.waiting[rid] = on_response
         if request.trace is not None:
             self.observed[rid] = request
+        tensors = self.tensors
         try:
-            streams, decoupled = self._call("submit", rid, pack_request(request, _forwarded(request, rid)))
+            packed = pack_request(request, _forwarded(request, rid), tensors.place)
+            if tensors.pending:  # a stream's large inputs: copied here (submit is synchronous)
+                copy_into(tensors.take_pending()[0])
+            streams, decoupled = self._call("submit", rid, packed)
         except BaseException:
             self.waiting.pop(rid, None)
             self.observed.pop(rid, None)

@@ -68,6 +68,7 @@ async def serve_frontend(
     if http is not None:
         stopping.append(http.stop())
     await asyncio.gather(*stopping)
+    remote.close()
     return 0
 
 

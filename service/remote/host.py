@@ -10,13 +10,16 @@ A front end whose connection closes (it exited or was killed) has its in-flight 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import pickle
 from collections.abc import Callable
 from typing import Any
 
 from service.core.engine import Engine
+from service.ipc.blocks import OrderedSender
 from service.ipc.framing import FrameReader
+from service.remote.tensors import LinkTensors
 from service.remote.tracing import END, CoreTraces, TraceSwitch
 from service.remote.wire import forwarded_trace, frame, pack_error, pack_response, unpack_request
 from service.types import InferRequest, InferResponse
@@ -28,6 +31,7 @@ SHM_METHODS = frozenset(
     {"register_system", "register_cuda", "unregister_system", "unregister_cuda", "system_status", "cuda_status"}
 )
 ASYNC_CALLS = frozenset({"load_model", "unload_model", "model_ready"})
+_link_ids = itertools.count(1)  # names each connection's output arena
 
 
 class RemoteHost:
@@ -116,6 +120,9 @@ class _Conn(asyncio.Protocol):
         # request id -> [request, model version (None until started)]
         self.inflight: dict[int, list[Any]] = {}
         self.traces = CoreTraces(lambda: host.engine.tracer)
+        # large response outputs go through this connection's arena; input blocks the front end lent come back
+        self.tensors = LinkTensors(f"fl{next(_link_ids)}", lambda offsets: self.write(frame(("f", offsets))))
+        self.responses = OrderedSender(self.write)  # a response whose outputs a thread copies holds back later ones
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -142,6 +149,8 @@ class _Conn(asyncio.Protocol):
                 self.start(rid, packed, self.host.engine.start_single)
             except Exception as e:
                 self.write(frame(("e", rid, pack_error(e))))
+        elif op == "f":  # the front end is done with these output blocks
+            self.tensors.free(msg[1])
         elif op == "c":
             entry = self.inflight.get(msg[1])
             if entry is not None and entry[1] is not None:
@@ -167,7 +176,10 @@ class _Conn(asyncio.Protocol):
 
     def start(self, rid: int, packed: tuple, start: Callable[..., Any]) -> Any:
         """Start a request of this front end; its responses go back as ("r", rid, response) frames."""
-        request: InferRequest = unpack_request(packed)
+        tensors = self.tensors
+        resolved = tensors.resolved
+        request: InferRequest = unpack_request(packed, tensors.resolve)
+        borrowed = tensors.resolved != resolved  # it reads blocks of the front end's arena
         forwarded = forwarded_trace(packed)
         if forwarded is not None:
             self.traces.begin(rid, request, forwarded)
@@ -175,29 +187,35 @@ class _Conn(asyncio.Protocol):
         entry: list[Any] = [request, None]
         inflight = self.inflight
         inflight[rid] = entry
-        write = self.write
+        put = self.responses.put
+        place = tensors.place
 
         def on_response(response: InferResponse) -> None:
+            packed_response = pack_response(response, place)
+            copies = tensors.take_pending()[0] if tensors.pending else []
             if response.final:
                 inflight.pop(rid, None)
+                if borrowed:  # after the engine's own bookkeeping of this response
+                    asyncio.get_running_loop().call_soon(tensors.let_go, request)
                 if request.stamps is not None:  # TRIREME_STAGE_TRACE: the core's stages go back with the answer,
                     # after the worker's ExecDone (read with the response) has added the worker's stages
-                    packed_response = pack_response(response)
                     stamps = request.stamps
                     traced = request.trace is not None
                     asyncio.get_running_loop().call_soon(
-                        lambda: write(frame(("r", rid, packed_response, stamps, traced)))
+                        lambda: put(frame(("r", rid, packed_response, stamps, traced)), copies)
                     )
                     return
                 if forwarded is not None:  # whether the core sampled it: the front end sends tracing.END only if so
-                    write(frame(("r", rid, pack_response(response), None, request.trace is not None)))
+                    put(frame(("r", rid, packed_response, None, request.trace is not None)), copies)
                     return
-            write(frame(("r", rid, pack_response(response))))
+            put(frame(("r", rid, packed_response)), copies)
 
         try:
             mv = start(request, on_response)
         except BaseException:
             inflight.pop(rid, None)
+            if borrowed:
+                tensors.let_go(request)
             raise
         entry[1] = mv
         return mv
@@ -217,6 +235,7 @@ class _Conn(asyncio.Protocol):
         if self.kind != "async":
             return
         self.traces.close()
+        self.tensors.close()
         if self.host.conns.get(self.frontend_id) is self:
             del self.host.conns[self.frontend_id]
         inflight, self.inflight = self.inflight, {}

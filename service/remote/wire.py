@@ -5,14 +5,17 @@ pickle is safe here, and it carries the admin results (protobuf ModelConfig, sta
 status) with no converter per type. msgspec-msgpack is faster per frame (a 16-float request tuple: pickle
 dumps + loads 1.9 µs, msgspec 0.8 µs), about 4 µs per request over four frames, under 3 % of what the hop costs
 (docs/benchmarks.md): a possible later step for the request and response frames only.
-Requests and responses are flattened to tuples (no callbacks, no per-request bookkeeping); tensor bytes travel
-inline, client shared-memory inputs and outputs as their region references (resolved by the core's registry).
+Requests and responses are flattened to tuples (no callbacks, no per-request bookkeeping). Tensor bytes go through
+`place` on the way out and `resolve` on the way in: inline by default, large ones as references to a block of
+the sender's arena with service/remote/tensors.py. Client shared-memory inputs and outputs travel as their region
+references (resolved by the core's registry).
 """
 
 from __future__ import annotations
 
 import pickle
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from service.errors import ErrorCode, ServiceError
@@ -33,14 +36,19 @@ def _bytes(data: Any) -> bytes | None:
     return None if data is None else bytes(data)
 
 
-def pack_request(r: InferRequest, trace: tuple | None = None) -> tuple:
+def _same(data: Any) -> Any:
+    return data
+
+
+def pack_request(r: InferRequest, trace: tuple | None = None, place: Callable[[Any], Any] = _bytes) -> tuple:
     """The fields of a request the core needs (not its callbacks or scheduler bookkeeping); `trace`: what the
-    front end's tracing hands on (service/remote/tracing.py), read by the core with `forwarded_trace`."""
+    front end's tracing hands on (service/remote/tracing.py), read by the core with `forwarded_trace`; `place`:
+    what the frame carries for each input's bytes."""
     return (
         r.model_name,
         r.model_version,
         r.id,
-        [(i.name, i.datatype, i.shape, _bytes(i.data), i.shm) for i in r.inputs],
+        [(i.name, i.datatype, i.shape, place(i.data), i.shm) for i in r.inputs],
         [(o.name, o.shm, o.classification) for o in r.outputs],
         r.parameters,
         r.sequence_id,
@@ -59,14 +67,14 @@ def forwarded_trace(t: tuple) -> tuple | None:
     return result
 
 
-def unpack_request(t: tuple) -> InferRequest:
-    """pack_request's inverse."""
+def unpack_request(t: tuple, resolve: Callable[[Any], Any] = _same) -> InferRequest:
+    """pack_request's inverse (`resolve`: place's inverse)."""
     name, version, rid, inputs, outputs, params, seq, flags, prio, timeout, empty_final, stamped, _ = t
     return InferRequest(
         name,
         version,
         rid,
-        [InputTensor(n, d, s, data, shm) for n, d, s, data, shm in inputs],
+        [InputTensor(n, d, s, resolve(data), shm) for n, d, s, data, shm in inputs],
         [RequestedOutput(n, shm, c) for n, shm, c in outputs],
         params,
         seq,
@@ -78,21 +86,22 @@ def unpack_request(t: tuple) -> InferRequest:
     )
 
 
-def pack_response(r: InferResponse) -> tuple:
-    """A response as a tuple; output bytes copied out of the worker's arena (the arena is not the front end's)."""
+def pack_response(r: InferResponse, place: Callable[[Any], Any] = _bytes) -> tuple:
+    """A response as a tuple; `place`: what the frame carries for each output's bytes (never a view of the
+    worker's arena: that is not the front end's)."""
     err = None if r.error is None else pack_error(r.error)
-    outputs = [(o.name, o.datatype, o.shape, _bytes(o.data)) for o in r.outputs]
+    outputs = [(o.name, o.datatype, o.shape, place(o.data)) for o in r.outputs]
     return (r.model_name, r.model_version, r.id, outputs, r.parameters, err, r.final, r.null, r.model_error)
 
 
-def unpack_response(t: tuple) -> InferResponse:
-    """pack_response's inverse."""
+def unpack_response(t: tuple, resolve: Callable[[Any], Any] = _same) -> InferResponse:
+    """pack_response's inverse (`resolve`: place's inverse)."""
     name, version, rid, outputs, params, err, final, null, model_error = t
     return InferResponse(
         name,
         version,
         rid,
-        [OutputTensor(n, d, s, data) for n, d, s, data in outputs],
+        [OutputTensor(n, d, s, resolve(data)) for n, d, s, data in outputs],
         params,
         None if err is None else _service_error(err),
         final,

@@ -50,11 +50,14 @@ def connections(pid: int, port: int) -> set[int]:
     }
 
 
-def client_on(server: ServerProcess, wanted: int, tries: int = 64) -> grpcclient.InferenceServerClient:
+def client_on(
+    server: ServerProcess, wanted: int, tries: int = 64, channel_args: list[tuple[str, Any]] | None = None
+) -> grpcclient.InferenceServerClient:
     """A gRPC client whose connection front end `wanted` accepted (the kernel balances new connections)."""
     for _ in range(tries):
         before = {pid: connections(pid, server.port) for pid in frontend_pids(server)}
-        client = grpcclient.InferenceServerClient(server.url, channel_args=OWN_CONNECTION)
+        args = OWN_CONNECTION + (channel_args or [])
+        client = grpcclient.InferenceServerClient(server.url, channel_args=args)
         client.is_server_live()  # connects
         after = {pid: connections(pid, server.port) for pid in before}
         owner = [pid for pid in before if after[pid] - before[pid]]
