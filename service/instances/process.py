@@ -13,7 +13,6 @@ import logging
 import signal
 import socket
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +25,7 @@ from service.instances.spec import InstanceSpec
 from service.instances.transfer import ArenaTransfer, _Inflight
 from service.ipc import frames as ipc
 from service.ipc.arena import ArenaMap, GrowingArena, ShmPoolExhausted, segment_name
+from service.ipc.blocks import OrderedSender
 from service.types import InferRequest, InferResponse
 
 log = logging.getLogger("trireme.workers")
@@ -59,7 +59,7 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
         self.retired = ""  # why the instance takes no new work (unload, instance update); "" while serving
         self.uses_bls = False  # set once the instance made a BLS call (the scheduler stops pipelining to it)
         self._deferred: list[tuple[memoryview, Any]] = []  # (arena view, data) copies of the batch being built
-        self._backlog: deque[tuple[ipc.Execute, list[tuple[memoryview, Any]]]] = deque()  # frames waiting on copies
+        self.frames = OrderedSender(self._send_waited)  # frames waiting on their inputs' copies by a thread
         self.bytes_copied = 0  # input payload bytes copied to this worker, arena or inline (zero-copy accounting)
         self.message_handlers: dict[type, Callable[[Any], None]] = {}
         self.readiness = ReadinessProbe(self.send_side, spec.instance_name)  # the model's own is_model_ready()
@@ -230,11 +230,9 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
             rids.append(rid)
         self.batches[batch_id] = (rids, on_done)
         frame = ipc.Execute(batch_id, messages)
-        if self._deferred or self._backlog:
-            self._backlog.append((frame, self._deferred))
+        if self._deferred or self.frames.waiting:
+            self.frames.put(frame, self._deferred)
             self._deferred = []
-            if len(self._backlog) == 1:
-                self._send_backlog()
         else:
             self.send(frame)
         if batch[0].stamps is not None:

@@ -3,19 +3,14 @@ reference to a client's shared-memory region) and a response's outputs back out 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import weakref
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from service.instances.spec import InstanceSpec
 from service.ipc import frames as ipc
 from service.ipc.arena import GrowingArena
+from service.ipc.blocks import THREAD_COPY_BYTES, Copy, OrderedSender, lent_view
 from service.types import InferRequest, OutputTensor, ShmRef
 
 log = logging.getLogger("trireme.workers")
@@ -44,22 +39,14 @@ def shm_tensor_msg(name: str, datatype: str, shape: list[int], ref: ShmRef) -> i
     )
 
 
-THREAD_COPY_BYTES = 4 << 20  # inputs this large are copied into the arena by a thread, off the event loop
-
-
-def _copy_into(copies: list[tuple[memoryview, Any]]) -> None:
-    for target, data in copies:
-        np.copyto(np.frombuffer(target, np.uint8), np.frombuffer(data, np.uint8))
-
-
 class ArenaTransfer:
     """WorkerProcess's tensor traffic (a mixin: the state is the WorkerProcess's own)."""
 
     in_arena: GrowingArena | None
     out_arena: GrowingArena | None
     in_alloc: GrowingArena | None
-    _deferred: list[tuple[memoryview, Any]]
-    _backlog: deque[tuple[ipc.Execute, list[tuple[memoryview, Any]]]]
+    _deferred: list[Copy]
+    frames: OrderedSender
     bytes_copied: int
     spec: InstanceSpec
 
@@ -75,19 +62,10 @@ class ArenaTransfer:
             for off in offsets:
                 self.in_alloc.free(off)
 
-    def _send_backlog(self) -> None:
-        """Send queued frames in order; a frame with large inputs waits for their copy on a thread (numpy
-        releases the GIL while copying, so the event loop keeps serving other clients meanwhile)."""
-        while self._backlog:
-            frame, copies = self._backlog[0]
-            if copies:
-                self._backlog[0] = (frame, [])
-                future = asyncio.get_running_loop().run_in_executor(None, _copy_into, copies)
-                future.add_done_callback(lambda f: self._send_backlog())
-                return
-            self._backlog.popleft()
-            if self.can_send:
-                self.send(frame)
+    def _send_waited(self, frame: Any) -> None:
+        """A frame that waited for its inputs' copy by a thread (self.frames): the worker may be gone by now."""
+        if self.can_send:
+            self.send(frame)
 
     def _request_message(self, rid: int, req: InferRequest, offsets: list[int]) -> ipc.RequestMsg:
         tensors = []
@@ -159,17 +137,10 @@ class ArenaTransfer:
         return out
 
     def _arena_output(self, offset: int, nbytes: int) -> memoryview:
-        """A large output as an array over the output arena (no copy on the event loop): its block goes back
-        to the worker once the last reference to the array is gone (after the response was serialised)."""
+        """A large output as a view of the output arena (no copy on the event loop): its block goes back to the
+        worker once the last reference to the view is gone (after the response was serialised)."""
         assert self.out_arena is not None
-        array = np.frombuffer(self.out_arena.buffer[offset : offset + nbytes], np.uint8)
-        weakref.finalize(array, self._release_soon, asyncio.get_running_loop(), offset)
-        return array.data  # keeps the array (and so the block) alive as long as it is referenced
-
-    def _release_soon(self, loop: asyncio.AbstractEventLoop, offset: int) -> None:
-        """Hand an output-arena block back to the worker, from whichever thread dropped the last view."""
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone too
-            loop.call_soon_threadsafe(self._release_now, offset)
+        return lent_view(self.out_arena.buffer[offset : offset + nbytes], offset, self._release_now)
 
     def _release_now(self, offset: int) -> None:
         if self.can_send:

@@ -48,6 +48,11 @@ class OrderedSender:
         self.send = send
         self._backlog: deque[tuple[Any, list[Copy]]] = deque()
 
+    @property
+    def waiting(self) -> bool:
+        """Whether frames wait for copies (a frame put now would wait too)."""
+        return bool(self._backlog)
+
     def put(self, frame: Any, copies: list[Copy]) -> None:
         """Send `frame` after `copies` (and every frame put before it)."""
         if not copies and not self._backlog:
