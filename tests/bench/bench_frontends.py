@@ -45,13 +45,13 @@ def start(
     log = (work / f"{kind}_{port}.log").open("wb")
     if kind == "triton":
         return start_triton(repo, port, work / f"{kind}_{port}.log", prefix=prefix)
-    root = main_root if kind == "main" else ROOT
+    root = main_root if kind in ("main", "m2") else ROOT
     cmd = [
         *prefix, sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
         "--http-address", "127.0.0.1", "--http-port", str(free_port()), "--metrics-address", "127.0.0.1",
         "--metrics-port", str(free_port()), "--model-repository", str(repo),
     ]  # fmt: skip
-    if kind != "main":
+    if kind != "main":  # n<N>: this tree with N front ends; m<N>: the other checkout with N
         cmd += ["--frontend-processes", kind[1:]]
     cmd += extra
     env = {**os.environ, "PYTHONPATH": str(root)}
@@ -115,7 +115,7 @@ def many_clients(port: int, args: argparse.Namespace) -> float:
 
 
 def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, list[dict[str, float]]]:
-    kinds = ["n1", "n2", "triton"]
+    kinds = list(args.many_servers)
     ports = {k: free_port() for k in kinds}
     procs = {k: start(k, repo, ports[k], work, args.main_root, []) for k in kinds}
     out: dict[str, list[dict[str, float]]] = {}
@@ -125,7 +125,7 @@ def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, li
             wait_ready(ports[k], procs[k], MODEL, 180)
             pa(ports[k], MODEL, 8, 1000)
         for r in range(args.rounds):
-            for k in kinds[r % 3 :] + kinds[: r % 3]:
+            for k in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
                 before = tree_usage(procs[k].pid)
                 ips = many_clients(ports[k], args)
                 after = tree_usage(procs[k].pid)
@@ -157,6 +157,13 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--client-concurrency", type=int, default=4)
     ap.add_argument("--many-requests", type=int, default=2000)
+    ap.add_argument(
+        "--many-servers",
+        nargs="+",
+        default=["n1", "n2", "triton"],
+        choices=["n1", "n2", "m2", "triton"],
+        help="phase many: n1/n2 this tree with 1/2 front ends, m2 the --main-root checkout with 2, triton",
+    )
     ap.add_argument("--streaming", action="store_true", help="phase many over ModelStreamInfer (one stream each)")
     ap.add_argument("--main-root", type=Path, default=Path("/work/main"), help="checkout of today's main")
     args = ap.parse_args()
@@ -186,16 +193,22 @@ def main() -> None:
         clients = f"{args.clients} perf_analyzer x c={args.client_concurrency}"
         print(f"\nmany: {clients} ({conns} connections{mode}), unpinned")
         print(
-            "| server | infer/s | ÷ N=1 (same rounds) | ÷ Triton (same rounds) | server tree CPU µs/req "
+            f"| server | infer/s | ÷ {'n1' if 'n1' in many else 'first'} (same rounds) "
+            "| ÷ Triton (same rounds) | server tree CPU µs/req "
             "| of it: core process | of it: front ends |"
         )
         print("|---|---|---|---|---|---|---|")
-        for k in ("n1", "n2", "triton"):
-            to_n1 = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many["n1"], strict=True))
-            to_tr = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many["triton"], strict=True))
+        base = "n1" if "n1" in many else next(iter(many))
+        for k in many:
+            to_n1 = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many[base], strict=True))
+            to_tr = (
+                f"{statistics.median(a['ips'] / b['ips'] for a, b in zip(many[k], many['triton'], strict=True)):.2f}"
+                if "triton" in many
+                else "-"
+            )
             rows = many[k]
             print(
-                f"| {k} | {med(rows, 'ips'):.0f} | {to_n1:.2f} | {to_tr:.2f} | {med(rows, 'cpu'):.0f} "
+                f"| {k} | {med(rows, 'ips'):.0f} | {to_n1:.2f} | {to_tr} | {med(rows, 'cpu'):.0f} "
                 f"| {med(rows, 'core'):.0f} | {med(rows, 'frontends'):.0f} |"
             )
 
