@@ -1,11 +1,9 @@
-"""Frame sockets: FrameReader splits a byte stream of length-prefixed frames (`frames.HEADER`, then the payload)
-into messages and hands each on as it is decoded; the server side of the worker sockets (msgspec payloads) and
-both ends of the front-end links (pickle payloads) read through it. BatchedWriter sends the frames written during
-one event-loop iteration in one system call (the front-end links write through it)."""
+"""The reading side of a frame socket: splits a byte stream of length-prefixed frames (`frames.HEADER`, then the
+payload) into messages and hands each on as it is decoded. Server side of the worker sockets (msgspec payloads) and
+both ends of the front-end links (pickle payloads) read through it."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -52,32 +50,3 @@ class FrameReader:
         finally:
             if pos:
                 del buf[:pos]
-
-
-class BatchedWriter:
-    """Frames written to a transport in one event-loop iteration leave together at its end, in one writev: with
-    many requests in flight a front-end link carries several frames per iteration, and each write is a system
-    call on both sides (the reader then also gets them in one read)."""
-
-    __slots__ = ("_loop", "_out", "transport")
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
-        self._out: list[bytes] = []
-        self._loop = asyncio.get_running_loop()
-
-    def write(self, data: bytes) -> None:
-        out = self._out
-        if not out:
-            self._loop.call_soon(self._flush)
-        out.append(data)
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        t = self.transport
-        if t.is_closing():  # the other side is gone: so is whoever waited for these frames
-            return
-        if len(out) == 1:
-            t.write(out[0])
-        else:
-            t.writelines(out)

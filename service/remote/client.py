@@ -20,7 +20,7 @@ from service.core.engine import EXTENSIONS, SERVER_NAME, IndexEntry, ModelMetada
 from service.core.observability.log_settings import LogValue
 from service.core.observability.stats import ModelStats
 from service.ipc.blocks import copy_into
-from service.ipc.framing import BatchedWriter, FrameReader
+from service.ipc.framing import FrameReader
 from service.remote.tensors import LinkTensors
 from service.remote.tracing import ForwardedTrace, RemoteTracer, TraceSwitch
 from service.remote.wire import HEADER, frame, pack_request, unpack_error, unpack_response
@@ -169,7 +169,6 @@ class RemoteEngine:
         sock.connect(self.path)  # connected first: uvloop does not take abstract socket names
         sock.setblocking(False)
         self._transport, _ = await loop.create_unix_connection(lambda: _Responses(self), sock=sock)  # type: ignore[assignment]
-        self._out = BatchedWriter(self._transport)  # type: ignore[arg-type]
         self._sync = _SyncChannel(self.path, self.frontend_id)
         self.log_settings = _LogSettings(self._sync)
         self.shm_registry = _ShmRegistry(self._sync) if self._allow_client_shm else None
@@ -182,12 +181,12 @@ class RemoteEngine:
         t = self._transport
         if t is None or t.is_closing():
             raise ConnectionError("the core process closed the connection")
-        self._out.write(frame(message))
+        t.write(frame(message))
 
     def _give_back(self, offsets: list[int]) -> None:
         t = self._transport
         if t is not None and not t.is_closing():  # else the core is gone, and its arenas with it
-            self._out.write(frame(("f", offsets)))
+            t.write(frame(("f", offsets)))
 
     def close(self) -> None:
         """Remove this front end's arena (on exit)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from service.core.engine import Engine
 from service.ipc.blocks import OrderedSender
-from service.ipc.framing import BatchedWriter, FrameReader
+from service.ipc.framing import FrameReader
 from service.remote.tensors import LinkTensors
 from service.remote.tracing import END, CoreTraces, TraceSwitch
 from service.remote.wire import forwarded_trace, frame, pack_error, pack_response, unpack_request
@@ -115,7 +115,6 @@ class _Conn(asyncio.Protocol):
         self.host = host
         self.frames = FrameReader(pickle.loads, self.on_message)
         self.transport: asyncio.Transport | None = None
-        self.out: BatchedWriter
         self.kind = ""
         self.frontend_id = 0
         # request id -> [request, model version (None until started)]
@@ -127,11 +126,11 @@ class _Conn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.out = BatchedWriter(self.transport)  # type: ignore[arg-type]
 
     def write(self, data: bytes) -> None:
-        if self.transport is not None:
-            self.out.write(data)
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.write(data)
 
     def data_received(self, data: bytes) -> None:
         self.frames.feed(data)
