@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
 import json
 import multiprocessing as mp
 import shutil
@@ -89,6 +90,21 @@ class LoopSampler:
             fields = Path(self.path).read_text().split()
             self.samples.append((time.monotonic_ns(), int(fields[0]), int(fields[1])))
             time.sleep(0.001)
+
+    def busy_runs(self, min_ns: int) -> list[tuple[int, int]]:
+        """(start, end) ns of the stretches longer than min_ns in which the loop was on a CPU at least 80 % of
+        the time (schedstat advances a running thread's time at scheduler ticks, so stretches are tick-grained)."""
+        runs: list[tuple[int, int]] = []
+        start = None
+        for (t0, c0, _), (t1, c1, _) in itertools.pairwise(self.samples):
+            busy = t1 > t0 and (c1 - c0) >= 0.8 * (t1 - t0)
+            if busy and start is None:
+                start = t0
+            elif not busy and start is not None:
+                if t0 - start > min_ns:
+                    runs.append((start, t0))
+                start = None
+        return runs
 
     def between(self, a: int, b: int) -> tuple[float, float]:
         """(on-CPU ns, run-queue ns) of the loop from the last sample before a to the first after b."""
@@ -152,6 +168,35 @@ def match(spans: list[tuple[int, int]], records: list[dict[str, int]]) -> list[d
         if i < len(small) and starts[i] <= t1:
             out.append({**small[i], "t0": t0, "t1": t1})
     return out
+
+
+def large_edges(records: list[dict[str, int]]) -> tuple[list[int], list[int]]:
+    """Handler and encoded stamps of the large requests (their response encoding waits for a 100 MiB copy)."""
+    large = [r for r in records if r.get("encoded", 0) - r.get("resumed", 0) >= 3_000_000]
+    return sorted(r["handler"] for r in large), sorted(r["encoded"] for r in large)
+
+
+def near(stamps: list[int], lo: int, hi: int) -> bool:
+    """Whether a stamp lies in [lo, hi]."""
+    i = bisect.bisect_left(stamps, lo)
+    return i < len(stamps) and stamps[i] <= hi
+
+
+def report_runs(sampler: LoopSampler, records: list[dict[str, int]], slow: list[dict[str, int]]) -> None:
+    """Where the loop's long busy stretches sit against the large requests, and how many slow requests met one."""
+    handlers, encoded = large_edges(records)
+    runs = sampler.busy_runs(3_000_000)
+    recv = [r for r in runs if near(handlers, r[0], r[1] + 5_000_000)]  # ends just before a large handler
+    send = [r for r in runs if r not in recv and near(encoded, r[0] - 5_000_000, r[1])]  # begins after encoded
+    total = sum(b - a for a, b in runs)
+    print(
+        f"\nthe loop's busy stretches over 3 ms: {len(runs)}, {total / 1e6:.0f} ms in all, for"
+        f" {len(handlers)} large requests; ending at a large request's handler (grpc's receive copy):"
+        f" {len(recv)}, {sum(b - a for a, b in recv) / 1e6:.0f} ms; starting at its encoded response"
+        f" (grpc's send copy): {len(send)}, {sum(b - a for a, b in send) / 1e6:.0f} ms"
+    )
+    hit = sum(1 for m in slow if any(a < m["handler"] and b > m["t0"] for a, b in runs))
+    print(f"slow small requests whose client -> handler overlaps such a stretch: {hit} of {len(slow)}")
 
 
 def report(matched: list[dict[str, int]], sampler: LoopSampler, slow_ns: int) -> None:
@@ -219,7 +264,9 @@ def main() -> None:
         stop([proc])  # flushes the stage records (written at exit)
     records = [dict(json.loads(line)) for line in trace.read_text().splitlines()] if trace.exists() else []
     shutil.rmtree(work, ignore_errors=True)
-    report(match(spans, records), sampler, int(args.slow_ms * 1e6))
+    matched = match(spans, records)
+    report(matched, sampler, int(args.slow_ms * 1e6))
+    report_runs(sampler, records, [m for m in matched if m["t1"] - m["t0"] > args.slow_ms * 1e6])
 
 
 if __name__ == "__main__":
