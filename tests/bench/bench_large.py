@@ -12,6 +12,21 @@ Where the large client runs (`--big-client`):
 - `process`: a process of its own, so the small client's latencies are the server's (two clients, as in
   production).
 
+How the small client sends (`--small-rate`): back to back (0, the default), or paced at that many requests/s.
+Back to back, a server with a faster small path answers more small requests in the same window, and the number
+of requests slowed by a stall stays about the same, so its p99 (the 1 % slowest) is lower for that reason alone;
+paced (e.g. 500/s, below what either server answers), every server is asked about as often per second and p99
+says what share of the time small requests are held up.
+
+Where the servers run (`--session`): `shared` (the default, as first measured) starts them in this script's
+session; `own` starts each in a session of its own (`setsid`), as a server started by itself runs; `both` starts
+every server both ways (`NAME` and `NAME/own`) and measures them in the same rounds. With Linux's scheduler
+autogroups (sched_autogroup_enabled=1, as on the bench VM) a session is one scheduling group: shared, the server
+competes for CPU inside the group the two clients are in; Trireme's workers start sessions of their own (own
+groups either way), Triton's Python stubs stay in Triton's.
+
+`--trireme-arg FLAG` adds a flag to every Trireme started (repeatable).
+
 `--big-count 0` is the baseline: after its warm-up the large client sends nothing for 3 s while the small client
 runs (the small requests' latency on the machine as it is, without large traffic).
 
@@ -19,7 +34,8 @@ runs (the small requests' latency on the machine as it is, without large traffic
 previous malloc settings, `old:MALLOC_MMAP_THRESHOLD_=67108864`), measured in the same rounds.
 
 Usage: .venv/bin/python tests/bench/bench_large.py [--rounds 3] [--big-mib 100] [--big-count 3]
-       [--big-client thread|process] [--variant NAME:KEY=VALUE,...] [--loop-cost 5]
+       [--big-client thread|process] [--small-rate 500] [--session shared|own|both] [--trireme-arg FLAG]
+       [--variant NAME:KEY=VALUE,...] [--loop-cost 5]
 Prints every round and a markdown table (medians over the rounds): small requests answered, their p50/p99/max
 latency and how many took over 20 ms, the large round trip time, and how long this process itself was stalled
 (the sum of the >3 ms delays of a thread sleeping 1 ms at a time: this process's GIL held by the large client's
@@ -77,8 +93,8 @@ def big_requests(url: str, big_mib: int, count: int, ready: Any, go: Any, result
     results.put(durations)
 
 
-def run_round(port: int, big_mib: int, big_count: int, big_client: str) -> dict[str, float]:
-    """One measurement against the server on port."""
+def run_round(port: int, big_mib: int, big_count: int, big_client: str, small_rate: float = 0) -> dict[str, float]:
+    """One measurement against the server on port; `small_rate` > 0 paces the small client (requests/s)."""
     import tritonclient.grpc as grpcclient
 
     url = f"127.0.0.1:{port}"
@@ -106,7 +122,16 @@ def run_round(port: int, big_mib: int, big_count: int, big_client: str) -> dict[
         c = grpcclient.InferenceServerClient(url)
         x = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
         x.set_data_from_numpy(np.ones((1, 16), np.float32))
+        interval = 1 / small_rate if small_rate else 0.0
+        slot = time.perf_counter()
         while not stop_small.is_set():
+            if interval:  # paced: one request per slot, every server answers about as many
+                slot += interval
+                delay = slot - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                else:
+                    slot = time.perf_counter()  # behind (a slow answer): start again from now, no burst
             t0 = time.perf_counter()
             c.infer("identity_fp32", [x])
             latencies.append(time.perf_counter() - t0)
@@ -146,9 +171,12 @@ def run_round(port: int, big_mib: int, big_count: int, big_client: str) -> dict[
 
 
 def _thread_stat(pid: int, tid: int | None = None) -> tuple[float, int]:
-    """(CPU seconds, minor page faults) of a process, or of one of its threads."""
+    """(CPU seconds, minor page faults) of a process (CPU in clock ticks), or of one of its threads (CPU from
+    schedstat, in ns)."""
     path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
     fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    if tid:
+        return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9, int(fields[7])
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7])
 
 
@@ -193,6 +221,9 @@ def main() -> None:
     ap.add_argument("--big-mib", type=int, default=100)
     ap.add_argument("--big-count", type=int, default=3)
     ap.add_argument("--big-client", choices=("thread", "process"), default="thread")
+    ap.add_argument("--small-rate", type=float, default=0, help="small requests/s (0: back to back)")
+    ap.add_argument("--session", choices=("shared", "own", "both"), default="shared")
+    ap.add_argument("--trireme-arg", action="append", default=[], help="extra flag for the Trireme servers")
     ap.add_argument("--variant", type=parse_variant, action="append", default=[])
     ap.add_argument("--loop-cost", type=int, default=5, help="large requests alone per server for the CPU table")
     args = ap.parse_args()
@@ -201,14 +232,23 @@ def main() -> None:
     for name in MODELS:
         shutil.copytree(ROOT / "service" / "example_models" / name, repo / name)
     arena = ["--backend-config=python,shm-default-byte-size=" + str(512 << 20)]
-    ports = {"trireme": free_port(), "triton": free_port()}
-    procs: dict[str, subprocess.Popen[bytes]] = {
-        "trireme": start_trireme(repo, ports["trireme"], work / "trireme.log"),
-        "triton": start_triton(repo, ports["triton"], work / "triton.log", arena),
-    }
-    for name, env in args.variant:
-        ports[name] = free_port()
-        procs[name] = start_trireme(repo, ports[name], work / f"{name}.log", env=env)
+    ports: dict[str, int] = {}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    sessions = ("shared", "own") if args.session == "both" else (args.session,)
+    for session in sessions:
+        # "own": the server (and so its workers or stubs) in a session of its own, as when it runs by itself;
+        # "shared": in this script's session, so in its scheduler autogroup with both clients (see the docstring)
+        pre = ["setsid"] if session == "own" else []
+        tag = "/own" if session == "own" and len(sessions) > 1 else ""
+        servers: list[tuple[str, dict[str, str] | None]] = [("trireme", {}), ("triton", None), *args.variant]
+        for base, env in servers:
+            name = base + tag
+            ports[name] = free_port()
+            log = work / f"{name.replace('/', '_')}.log"
+            if env is None:
+                procs[name] = start_triton(repo, ports[name], log, arena, prefix=pre)
+            else:
+                procs[name] = start_trireme(repo, ports[name], log, env=env, extra_args=args.trireme_arg, prefix=pre)
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in procs}
     try:
         for name, proc in procs.items():
@@ -218,7 +258,7 @@ def main() -> None:
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]  # each server goes first in turn
             for name in order:
-                one = run_round(ports[name], args.big_mib, args.big_count, args.big_client)
+                one = run_round(ports[name], args.big_mib, args.big_count, args.big_client, args.small_rate)
                 rows[name].append(one)
                 print(f"round {r} {name}: {one}", file=sys.stderr, flush=True)
         costs = {n: loop_cost(ports[n], procs[n].pid, args.big_mib, args.loop_cost) for n in names if args.loop_cost}
@@ -226,7 +266,11 @@ def main() -> None:
         stop(procs.values())
         shutil.rmtree(work, ignore_errors=True)
     if args.rounds:
-        print(f"median of {args.rounds} rounds, large client: {args.big_client}")
+        pace = f"{args.small_rate:g}/s" if args.small_rate else "back to back"
+        print(
+            f"median of {args.rounds} rounds, large client: {args.big_client}, small client: {pace},"
+            f" session: {args.session}"
+        )
         print(
             "| server | small requests answered | small p50 ms | small p99 ms | small max ms | small > 20 ms |"
             f" {args.big_mib} MiB round trip ms | client process stalled ms |"
@@ -245,7 +289,7 @@ def main() -> None:
             "\nsmall p99 ms per round: " + "; ".join(f"{n} {[round(x['p99']) for x in res]}" for n, res in rows.items())
         )
     if args.loop_cost:
-        print(f"\n{args.big_mib} MiB round trips alone, per request (median of {args.loop_cost}; CPU in 10 ms ticks)")
+        print(f"\n{args.big_mib} MiB round trips alone, per request (median of {args.loop_cost}; process CPU in ticks)")
         print("| server | main thread CPU ms | main thread page faults | process CPU ms | process page faults |")
         print("|---|---|---|---|---|")
         for name, c in costs.items():

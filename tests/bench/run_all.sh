@@ -14,6 +14,8 @@ section "Core path";                run $PY tests/bench/bench_core_vs_triton.py 
 section "Hot path (worker, in-process, inline vs Triton)"; run $PY tests/bench/bench_hotpath.py --rounds 3
 section "Large messages (small requests while 100 MiB ones stream)"; run $PY tests/bench/bench_large.py --rounds 3
 run $PY tests/bench/bench_large.py --rounds 3 --big-client process --loop-cost 0
+run $PY tests/bench/bench_large.py --rounds 6 --big-client process --session both --small-rate 500 --loop-cost 0
+run $PY tests/bench/large_stalls.py --rounds 3
 section "Worker control channel";   run env PYTHONPATH=. $PY tests/bench/bench_ipc.py
 section "Streaming (--streaming)";  run $PY tests/bench/bench_core_vs_triton.py --rounds 3 --concurrency 1 4 --extra-pa-args=--streaming
 section "Shared memory";            run $PY tests/bench/bench_shm.py --rounds 3
