@@ -7,6 +7,8 @@ a socketpair and the Respond frames are read back, one request at a time. The sc
 prints (Ir(high) - Ir(low)) / (high - low): start-up and model loading cancel out. The server side's share of the
 socketpair traffic (one sendall, one recv per request) is included, a few hundred instructions.
 
+Back-to-back runs agree within ~0.3k instructions, runs hours apart within ~1.5k: compare changes in one batch.
+
 Usage: .venv/bin/python tests/bench/bench_worker_ir.py [--low 5000] [--high 25000]
 """
 
