@@ -55,6 +55,10 @@ _LEN = struct.Struct("<I")
 
 def numpy_to_datatype(dtype: np.dtype | type) -> str:
     """Protocol datatype string for a numpy dtype (object/bytes/str arrays are BYTES)."""
+    if isinstance(dtype, np.dtype):  # an array's dtype (per response): no conversion call first
+        name = _NUMPY_TO_DATATYPE.get(dtype)
+        if name is not None:
+            return name
     dt = np.dtype(dtype)
     name = _NUMPY_TO_DATATYPE.get(dt)
     if name is not None:

@@ -23,7 +23,12 @@ WHERE_SYSTEM_SHM = 2  # a client's POSIX segment: key + offset
 WHERE_CUDA_SHM = 3  # a client's CUDA IPC region: raw handle + device + offset
 
 
-class TensorMsg(msgspec.Struct, array_like=True, omit_defaults=True):
+# The per-request messages (TensorMsg, OutputSpec, RequestMsg, Execute, Respond, ExecDone) are gc=False: they hold
+# only scalars, bytes and containers of each other, never a reference back, so they can be in no reference cycle;
+# untracked, each costs the collector nothing when it is made, decoded and freed (twice per request per side).
+
+
+class TensorMsg(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """A tensor reference: name, datatype, shape and where its bytes are."""
 
     name: str
@@ -39,14 +44,14 @@ class TensorMsg(msgspec.Struct, array_like=True, omit_defaults=True):
     path: str = ""  # system: where to open the registered segment (the key may be unlinked); "" = /dev/shm/key
 
 
-class OutputSpec(msgspec.Struct, array_like=True, omit_defaults=True):
+class OutputSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """A requested output; `shm` set when the worker must write it into a client region."""
 
     name: str
     shm: TensorMsg | None = None
 
 
-class RequestMsg(msgspec.Struct, array_like=True, omit_defaults=True):
+class RequestMsg(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """One inference request of a batch as the worker sees it."""
 
     rid: int
@@ -90,7 +95,7 @@ class AutoComplete(msgspec.Struct, tag="autocomplete", array_like=True):
     backend_dir: str = ""  # as in Init
 
 
-class Execute(msgspec.Struct, tag="exec", array_like=True):
+class Execute(msgspec.Struct, tag="exec", array_like=True, gc=False):
     """Run one batch."""
 
     batch_id: int
@@ -147,7 +152,7 @@ class Failed(msgspec.Struct, tag="failed", array_like=True):
     message: str
 
 
-class Respond(msgspec.Struct, tag="resp", array_like=True, omit_defaults=True):
+class Respond(msgspec.Struct, tag="resp", array_like=True, omit_defaults=True, gc=False):
     """One response (or a bare final flag when `null`) for request `rid`."""
 
     rid: int
@@ -163,7 +168,7 @@ class Respond(msgspec.Struct, tag="resp", array_like=True, omit_defaults=True):
     done: ExecDone | None = None
 
 
-class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True):
+class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True, gc=False):
     """The model's execute returned; times in ns for statistics."""
 
     batch_id: int

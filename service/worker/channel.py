@@ -134,6 +134,7 @@ class WorkerChannel:
         self._corked: list[Any] | None = None  # responses held back (messages, encoded at uncork)
         self._read_lock = threading.Lock()
         self._buf = bytearray(1 << 16)  # received bytes; [_pos, _end) not yet decoded
+        self._view = memoryview(self._buf)  # the same bytes, made once (a new one only when the buffer grows)
         self._pos = 0
         self._end = 0
         self.in_arena: GrowingArena | None = None  # the server writes (requests, BLS replies), we read
@@ -179,7 +180,9 @@ class WorkerChannel:
         """Read until at least `need` unread bytes are buffered: one recv takes whatever the socket holds (a
         whole frame, or several pipelined ones), so a frame costs one system call instead of two."""
         buf, pos, end = self._buf, self._pos, self._end
-        if pos:  # move the unread tail to the front
+        if pos == end:  # everything was decoded (the common case): start over at the front, nothing to move
+            self._pos = self._end = end = 0
+        elif pos:  # move the unread tail to the front
             buf[: end - pos] = buf[pos:end]
             self._pos, end = 0, end - pos
             self._end = end
@@ -187,7 +190,8 @@ class WorkerChannel:
             grown = bytearray(max(need, 2 * len(buf)))
             grown[:end] = buf[:end]
             self._buf = buf = grown
-        view = memoryview(buf)
+            self._view = memoryview(grown)
+        view = self._view
         while end < need:
             k = self.sock.recv_into(view[end:])
             if k == 0:
@@ -205,7 +209,7 @@ class WorkerChannel:
         start = self._pos + 4
         self._pos = start + n
         # decoding copies what it keeps (bytes fields), so the buffer can be reused at once
-        return ipc.decode(memoryview(self._buf)[start : start + n])
+        return ipc.decode(self._view[start : start + n])
 
     def read_one(self) -> Any:
         """Read one message as the loop's reader."""

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,8 @@ from service.worker.placement import pin
 from shm.system import SegmentTruncated
 
 log = logging.getLogger("trireme.worker")
+
+_NOTHING: frozenset[int] = frozenset()  # no request of the batch was cancelled before it started
 
 
 class CancelListener:
@@ -74,9 +77,11 @@ class Worker:
         self.cancelled_early: set[int] = set()  # rids cancelled before their batch started
         self.executions: list[ipc.Execute] = []
         self.backend: Backend | None = None
-        self.output_names = [o["name"] for o in self.config.get("output", [])] + [
-            s["output_name"] for s in self.config.get("sequence_batching", {}).get("state", [])
-        ]  # implicit state outputs are outputs too
+        # implicit state outputs are outputs too; a set: looked up per response
+        self.output_names = frozenset(
+            [o["name"] for o in self.config.get("output", [])]
+            + [s["output_name"] for s in self.config.get("sequence_batching", {}).get("state", [])]
+        )
         self.running = True
         self.bls = BlsClient(channel)  # pb_utils.runtime.bls: requests from this model to others
         self.thread_init: Any = None  # BackendContext.thread_init (set by in-process instances)
@@ -176,6 +181,7 @@ class Worker:
         w0 = time.monotonic_ns() if tracing else 0
         t0 = time.perf_counter_ns()
         batch: list[WorkerRequest] = []
+        skip: AbstractSet[int] = _NOTHING
         if self.cancelled_early:
             with self.requests_lock:
                 skip, last = self.cancelled_early, ex.requests[-1].rid if ex.requests else 0
@@ -183,15 +189,15 @@ class Worker:
             for r in ex.requests:
                 if r.rid in skip:
                     self._send_error(r.rid, ErrorCode.CANCELLED, "request cancelled by the client")
-        else:
-            skip = set()
+        to_numpy = self.channel.tensor_to_numpy
+        respond = self.respond
         for r in ex.requests:
             if r.rid in skip:
                 continue
             inputs = {}
             try:
                 for t in r.inputs:  # plain loops, not comprehensions: one function object less each, per request
-                    inputs[t.name] = self.channel.tensor_to_numpy(t)
+                    inputs[t.name] = to_numpy(t)
             except Exception as e:
                 self._send_error(r.rid, ErrorCode.INVALID_ARG, str(e))
                 continue
@@ -199,21 +205,12 @@ class Worker:
             for o in r.outputs:
                 names.append(o.name)
                 specs[o.name] = o.shm
-            req = WorkerRequest(
-                rid=r.rid,
-                id=r.id,
-                inputs=inputs,
-                requested_outputs=names,
-                parameters=r.parameters,
-                flags=r.flags,
-                correlation_id=r.correlation_id,
-                timeout_us=r.timeout_us,
-                responder=self.respond,
-            )
-            req.extra["out_specs"] = specs
+            # positional: keyword arguments cost a dict per call; `extra` built in one literal
+            extra: dict[str, Any] = {"out_specs": specs}
             if r.trace_id:
-                req.extra["trace_id"] = r.trace_id
-            batch.append(req)
+                extra["trace_id"] = r.trace_id
+            args = (r.rid, r.id, inputs, names, r.parameters, r.flags, r.correlation_id, r.timeout_us, respond)
+            batch.append(WorkerRequest(*args, False, 0, False, False, extra))
         with self.requests_lock:
             for req in batch:
                 self.requests[req.rid] = req
@@ -263,23 +260,25 @@ class Worker:
         """Send one response for `req` (the backend calls this through req.respond)."""
         if req.closed:
             raise RuntimeError("Unable to send response. Response sender has been closed.")
-        msg = ipc.Respond(req.rid, final=final)
-        if parameters:
-            msg.parameters = parameters
+        encoded: list[ipc.TensorMsg] = []
+        code, text, null = -1, "", False
         if error is not None:
-            msg.error_code, msg.error = error
-            msg.model_error = model_error
+            code, text = error
         elif outputs is None:
-            msg.null = True
+            null = True
         else:
             try:
-                msg.outputs = self._encode_outputs(req, outputs)
+                encoded = self._encode_outputs(req, outputs)
             except (OutputTooLarge, ShmPoolExhausted) as e:
-                msg.error_code, msg.error = int(ErrorCode.INTERNAL), str(e)
+                code, text = int(ErrorCode.INTERNAL), str(e)
             except SegmentTruncated as e:  # the client truncated its output region: its error, not ours
-                msg.error_code, msg.error = int(ErrorCode.INVALID_ARG), str(e)
+                code, text = int(ErrorCode.INVALID_ARG), str(e)
             except (ValueError, TypeError) as e:
-                msg.error_code, msg.error = int(ErrorCode.INTERNAL), str(e)
+                code, text = int(ErrorCode.INTERNAL), str(e)
+        # one positional constructor call (keywords and field-by-field updates cost more, per response)
+        msg = ipc.Respond(
+            req.rid, encoded, parameters or {}, code, text, final, null, model_error and error is not None
+        )
         req.responses_sent += 1
         if final:
             req.closed = True
@@ -290,13 +289,16 @@ class Worker:
     def _encode_outputs(self, req: WorkerRequest, outputs: dict[str, np.ndarray]) -> list[ipc.TensorMsg]:
         wanted = req.requested_outputs
         specs: dict[str, ipc.TensorMsg | None] = req.extra["out_specs"]
+        known = self.output_names
         encoded = []
         for name, array in outputs.items():
-            if name not in self.output_names and self.output_names:
+            if known and name not in known:
                 raise ValueError(f"unexpected inference output '{name}' for model '{self.init.model_name}'")
             if wanted and name not in wanted:
                 continue  # produced but not requested: dropped, as Triton does
-            encoded.append(self.channel.numpy_to_tensor(name, np.asarray(array), specs.get(name)))
+            if type(array) is not np.ndarray:
+                array = np.asarray(array)
+            encoded.append(self.channel.numpy_to_tensor(name, array, specs.get(name)))
         return encoded
 
     def _send_error(self, rid: int, code: ErrorCode, message: str) -> None:

@@ -25,7 +25,7 @@ Two phases:
 
 Usage: .venv/bin/python tests/bench/bench_cpu.py [--requests 5000] [--cg-requests 1000] [--concurrency 1 8]
        [--servers echo echo_registered trireme in_process inline triton] [--rounds 3] [--no-callgrind]
-       [--callgrind-triton]
+       [--callgrind-triton] [--keep DIR]   (--keep: copy the callgrind dumps into DIR, for callgrind_annotate)
        [--shape 262144] [--shm]   (--shm: system shared memory for inputs and outputs; not for the echo)
 Prints markdown tables.
 """
@@ -221,10 +221,20 @@ def callgrind_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int
                     "idle": idle_rate,
                     "seconds": seconds,
                 }
-                print(f"callgrind {k} c={c}: {out[(k, c)]}", file=sys.stderr, flush=True)
+                last = {p: max((int(d.suffix[1:]) for d in work.glob(f"cg.{p}.*")), default=0) for p in pids}
+                where = f"load dumps cg.<pid>.<n-1>, idle cg.<pid>.<n>: {last}"  # for --keep
+                print(f"callgrind {k} c={c}: {out[(k, c)]} ({where})", file=sys.stderr, flush=True)
         finally:
             stop([proc], timeout_s=120)
     return out
+
+
+def keep_dumps(work: Path, dest: Path) -> None:
+    """Copy the callgrind dumps of work into dest (created), for callgrind_annotate; print where they went."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for dump in work.glob("cg.*"):
+        shutil.copy2(dump, dest / dump.name)
+    print(f"callgrind dumps kept in {dest}", file=sys.stderr)
 
 
 def main() -> None:
@@ -240,6 +250,7 @@ def main() -> None:
     ap.add_argument("--no-cpu", action="store_true", help="only the callgrind phase")
     ap.add_argument("--callgrind-triton", action="store_true", help="also run Triton under callgrind (slow)")
     ap.add_argument("--shm", action="store_true", help="inputs and outputs through system shared memory")
+    ap.add_argument("--keep", type=Path, help="copy the callgrind dumps (cg.<pid>.<n>) into this directory")
     args = ap.parse_args()
     if args.shm:  # the echo has no shared-memory RPCs
         args.servers = [k for k in args.servers if k not in ECHOES]
@@ -248,6 +259,8 @@ def main() -> None:
     try:
         cpu = {} if args.no_cpu else cpu_phase(args, work)
         ir = {} if args.no_callgrind or not shutil.which("valgrind") else callgrind_phase(args, work)
+        if args.keep:
+            keep_dumps(work, args.keep)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report(args, cpu, ir)

@@ -10,6 +10,7 @@ section() { printf '\n## %s\n\n' "$1" >>"$OUT"; }
 run() { echo "+ $*" >&2; "$@" >>"$OUT" 2>>"$OUT.log" || echo "(failed: $*; see $OUT.log)" >>"$OUT"; }
 echo "# Benchmarks regenerated $(date -u +%FT%TZ) on $(nproc) cores" >"$OUT"
 section "CPU per request (instructions, CPU time, echo floor)"; run $PY tests/bench/bench_cpu.py --rounds 3
+section "Worker path alone (instructions, one process)"; run $PY tests/bench/bench_worker_ir.py
 section "Core path";                run $PY tests/bench/bench_core_vs_triton.py --rounds 3
 section "Hot path (worker, in-process, inline vs Triton)"; run $PY tests/bench/bench_hotpath.py --rounds 3
 section "Large messages (small requests while 100 MiB ones stream)"; run $PY tests/bench/bench_large.py --rounds 3

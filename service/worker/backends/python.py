@@ -25,6 +25,8 @@ EXECUTOR_THREADS = 32  # the event loop's default executor (async_exec, run_in_e
 
 log = logging.getLogger("trireme.model")
 
+_SEQUENCES = (list, tuple)  # what execute() may return (a tuple here, not `list | tuple` built per batch)
+
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
@@ -86,6 +88,8 @@ class PythonBackend(Backend):
         self.model: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready_fn: Any = None
+        # requested_output_names() of a request that names none: every output (listed once, copied per request)
+        self._all_outputs = [o["name"] for o in context.config.get("output", [])]
 
     def initialize(self) -> None:
         """Import model.py, instantiate TritonPythonModel and call initialize(args)."""
@@ -171,7 +175,7 @@ class PythonBackend(Backend):
             for r in requests:
                 r.deferred = True
             return
-        if not isinstance(result, list | tuple):
+        if not isinstance(result, _SEQUENCES):
             self._fail_all(requests, f"Expected a list in the execute return, found type '{type(result)}'.")
             return
         if len(result) != len(requests):
@@ -181,7 +185,8 @@ class PythonBackend(Backend):
                 f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(result)}\n",
             )
             return
-        for req, py_req, response in zip(requests, py_requests, result, strict=True):
+        for i in range(len(requests)):  # lengths checked above (zip(strict=True) parses a keyword per batch)
+            req, py_req, response = requests[i], py_requests[i], result[i]
             if response is None:
                 req.deferred = True  # may still come through the response sender
                 continue
@@ -226,7 +231,7 @@ class PythonBackend(Backend):
         for name, array in r.inputs.items():
             inputs.append(new_tensor(name, array))
         names = r.requested_outputs
-        requested = list(names) if names else [o["name"] for o in self.context.config.get("output", [])]
+        requested = list(names) if names else list(self._all_outputs)
         return pb_utils._incoming(
             r.id,
             r.correlation_id,

@@ -56,16 +56,18 @@ class InferenceResponse:
 
 
 def _deliver(worker_request: Any, response: InferenceResponse | None, final: bool) -> None:
-    """Turn an InferenceResponse into the worker's respond() call."""
+    """Turn an InferenceResponse into the worker's respond() call (WorkerRequest.respond's responder, called
+    directly: this runs per response)."""
     if response is None:
-        worker_request.respond(None, None, final, None)
+        worker_request.responder(worker_request, None, None, final, None)
         return
     err = response._error
     if err is not None:
         # an error response the model returned: statistics count the request as a success (as Triton)
-        worker_request.respond(None, (err.code(), err.message()), final, response._parameters or None, True)
+        error = (err.code(), err.message())
+        worker_request.responder(worker_request, None, error, final, response._parameters or None, True)
         return
     outputs = {}
     for t in response._outputs:  # a loop over the attributes: this runs per response
         outputs[t._name] = t._array
-    worker_request.respond(outputs, None, final, response._parameters or None)
+    worker_request.responder(worker_request, outputs, None, final, response._parameters or None)
