@@ -55,11 +55,13 @@ class LinkTensors:
             return bytes(data)
         assert self.arena is not None
         block = self.arena.buffer[offset : offset + n]
+        if view.format != "B" or view.ndim != 1:  # e.g. an in-process model's array: its bytes in memory order
+            view = view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
         if n >= THREAD_COPY_BYTES:
             self.pending.append((block, view))
             self.pending_offsets.append(offset)
         else:
-            block[:] = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+            block[:] = view
         self.lent.add(offset)
         return (self.arena.name, offset, n)
 

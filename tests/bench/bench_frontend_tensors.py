@@ -1,16 +1,16 @@
 """Large tensors through front-end processes: CPU per request and round trip, this tree vs another checkout.
 
 Servers (each on the example model identity_fp32_any, one worker-process instance, unpinned):
-- `main N=2`: the checkout at --main-root (e.g. today's main) with TRIREME_FRONTEND_PROCESSES=2;
 - `tree N=2`: this tree with 2 front ends (tensors of 64 KiB and more through the link arenas);
-- `main N=1`: the other checkout with one process (the reference: no front-end hop at all).
+- `tree N=1`: this tree with one process (the reference: no front-end hop at all);
+- with --main-root, `main N=2` and `main N=1`: that checkout (e.g. an older main) with 2 and 1.
 Per round (servers in this order, each started fresh) and size, one tritonclient gRPC client sends --requests
 FP32 requests of that size back to back (after two for warm-up) and checks every answer's bytes. Reported: median
 round trip, and CPU time per request of the whole server tree (/proc utime+stime of the core or server, the front
 ends and the worker), the noise-free measure on a busy machine, largest process first.
 
 Usage: .venv/bin/python tests/bench/bench_frontend_tensors.py [--rounds 2] [--sizes-mib 1 16 64] [--requests 20]
-       [--main-root /path/to/main]
+       [--main-root /path/to/other/checkout]
 """
 
 from __future__ import annotations
@@ -73,11 +73,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--sizes-mib", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--requests", type=int, default=20)
-    ap.add_argument("--main-root", type=Path, required=True, help="the checkout to compare with (e.g. main)")
+    ap.add_argument("--main-root", type=Path, help="a checkout to compare with (e.g. an older main)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_fe_tensors_"))
     shutil.copytree(ROOT / "service" / "example_models" / MODEL, work / "repo" / MODEL)
-    servers = [("main N=2", args.main_root, 2), ("tree N=2", ROOT, 2), ("main N=1", args.main_root, 1)]
+    servers = [("tree N=2", ROOT, 2), ("tree N=1", ROOT, 1)]
+    if args.main_root is not None:
+        servers = [("main N=2", args.main_root, 2), *servers, ("main N=1", args.main_root, 1)]
     rows: dict[tuple[str, int], list[tuple[float, list[float]]]] = {}
     try:
         for r in range(args.rounds):

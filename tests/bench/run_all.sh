@@ -34,6 +34,7 @@ section "Tracing";                  run $PY tests/bench/bench_trace.py --rounds 
 section "OpenAI API: batching";     run $PY tests/bench/bench_openai.py
 section "Several front-end processes"; run $PY tests/bench/bench_frontends.py --rounds 3
 run $PY tests/bench/bench_frontends.py --phases many --streaming --rounds 3
+run $PY tests/bench/bench_frontend_tensors.py --rounds 2
 section "load/: trireme-perf vs perf_analyzer"
 run $PY -m load crosscheck --server trireme -m identity_fp32 --concurrency 1,4 --rounds 5 -p 3000
 echo "wrote $OUT" >&2

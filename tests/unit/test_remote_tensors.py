@@ -78,3 +78,21 @@ def test_a_full_dev_shm_sends_the_bytes_inline(monkeypatch: pytest.MonkeyPatch) 
     data = np.ones(LINK_ARENA_BYTES, np.uint8).tobytes()
     assert side.place(data) == data
     assert side.place(None) is None
+
+
+def test_typed_and_strided_views_travel_as_their_bytes() -> None:
+    async def main() -> None:
+        front = LinkTensors("ut_views", lambda offsets: None)
+        core = LinkTensors("ut_views_core", lambda offsets: None)
+        matrix = np.arange(2 * LINK_ARENA_BYTES, dtype=np.float32).reshape(2, -1)
+        try:
+            for data in (memoryview(matrix), memoryview(matrix.T)):  # C order, and a transposed (strided) view
+                ref = front.place(data)
+                assert type(ref) is tuple
+                got = core.resolve(ref)
+                assert bytes(got) == bytes(data)  # bytes() of a view: its elements in logical (C) order
+        finally:
+            core.close()
+            front.close()
+
+    asyncio.run(main())
