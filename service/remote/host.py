@@ -177,9 +177,7 @@ class _Conn(asyncio.Protocol):
     def start(self, rid: int, packed: tuple, start: Callable[..., Any]) -> Any:
         """Start a request of this front end; its responses go back as ("r", rid, response) frames."""
         tensors = self.tensors
-        resolved = tensors.resolved
         request: InferRequest = unpack_request(packed, tensors.resolve)
-        borrowed = tensors.resolved != resolved  # it reads blocks of the front end's arena
         forwarded = forwarded_trace(packed)
         if forwarded is not None:
             self.traces.begin(rid, request, forwarded)
@@ -189,24 +187,29 @@ class _Conn(asyncio.Protocol):
         inflight[rid] = entry
         put = self.responses.put
         place = tensors.place
+        # the request holds on_response and on_response would hold the request: dropped on the final response,
+        # so the request, and its views of the front end's arena blocks, go as soon as the engine is done with it
+        # (left to the garbage collector, the blocks came back late and the front end's arena kept growing)
+        owner: InferRequest | None = request
 
         def on_response(response: InferResponse) -> None:
+            nonlocal owner
             packed_response = pack_response(response, place)
             copies = tensors.take_pending()[0] if tensors.pending else []
             if response.final:
                 inflight.pop(rid, None)
-                if borrowed:  # after the engine's own bookkeeping of this response
-                    asyncio.get_running_loop().call_soon(tensors.let_go, request)
-                if request.stamps is not None:  # TRIREME_STAGE_TRACE: the core's stages go back with the answer,
-                    # after the worker's ExecDone (read with the response) has added the worker's stages
-                    stamps = request.stamps
-                    traced = request.trace is not None
+                req, owner = owner, None
+                if req is not None and req.stamps is not None:  # TRIREME_STAGE_TRACE: the core's stages go back
+                    # with the answer, after the worker's ExecDone (read with the response) added the worker's
+                    stamps = req.stamps
+                    traced = req.trace is not None
                     asyncio.get_running_loop().call_soon(
                         lambda: put(frame(("r", rid, packed_response, stamps, traced)), copies)
                     )
                     return
                 if forwarded is not None:  # whether the core sampled it: the front end sends tracing.END only if so
-                    put(frame(("r", rid, packed_response, None, request.trace is not None)), copies)
+                    traced = req is not None and req.trace is not None
+                    put(frame(("r", rid, packed_response, None, traced)), copies)
                     return
             put(frame(("r", rid, packed_response)), copies)
 
@@ -214,8 +217,7 @@ class _Conn(asyncio.Protocol):
             mv = start(request, on_response)
         except BaseException:
             inflight.pop(rid, None)
-            if borrowed:
-                tensors.let_go(request)
+            owner = None
             raise
         entry[1] = mv
         return mv

@@ -19,7 +19,6 @@ from typing import Any
 
 from service.ipc.arena import ArenaMap, GrowingArena, ShmPoolExhausted, segment_name
 from service.ipc.blocks import THREAD_COPY_BYTES, Copy, lent_view
-from service.types import InferRequest
 
 LINK_ARENA_BYTES = 64 << 10  # below this a tensor rides in its frame (as the worker frames' INLINE_LIMIT)
 GROWTH_BYTES = 16 << 20
@@ -38,7 +37,6 @@ class LinkTensors:
         self.peers: dict[str, GrowingArena] = {}
         self.pending: list[Copy] = []  # large copies place() left for the caller to make (by a thread)
         self.pending_offsets: list[int] = []
-        self.resolved = 0  # blocks of the other side's resolved so far (a request that holds some lets go of them)
 
     # ---- writer ---------------------------------------------------------------------------------------------
     def place(self, data: Any) -> bytes | Ref | None:
@@ -96,21 +94,12 @@ class LinkTensors:
         if type(data) is not tuple:
             return data
         name, offset, n = data
-        self.resolved += 1
         arena = self.peers.get(name)
         if arena is None:
             first = ArenaMap(name, 0, create=False)
             first.unlink()  # both sides have it mapped now: nothing is left in /dev/shm if either dies
             arena = self.peers[name] = GrowingArena(first, GROWTH_BYTES)
         return lent_view(arena.buffer[offset : offset + n], offset, self._give_back_one)
-
-    @staticmethod
-    def let_go(request: InferRequest) -> None:
-        """Drop a finished request's views of lent blocks now: requests sit in reference cycles (with their
-        callbacks), and waiting for the garbage collector would keep the blocks, and grow the other side's
-        arena, for many requests. Whatever else still holds a view (a model's state) keeps its block."""
-        for tensor in request.inputs:
-            tensor.data = None
 
     def _give_back_one(self, offset: int) -> None:
         self._give_back([offset])

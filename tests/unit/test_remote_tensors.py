@@ -47,7 +47,6 @@ def test_blocks_travel_by_reference_and_come_back_when_the_last_view_goes() -> N
                 huge.tolist(),
             ]
             kept = np.frombuffer(request.inputs[2].data, np.float32)  # e.g. a model's state
-            LinkTensors.let_go(request)
             del request
             gc.collect()
             await asyncio.sleep(0)  # the give-back runs on the loop
