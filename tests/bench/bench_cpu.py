@@ -9,7 +9,8 @@ Servers (each pinned to CPU 0 with taskset, the client pinned to CPU 1):
 - `in_process`, `inline`: Trireme with the in-process instance modes (TRIREME_INSTANCE_MODE);
 - `triton`: real Triton 2.51 (Python backend), /proc CPU only unless --callgrind-triton.
 Model: the unbatched FP32 `[-1]` identity of tests/bench/models.py, 16 floats per request (--shape).
-Client: real perf_analyzer over gRPC sending exactly --requests requests (`--request-count`) at each
+Client: real perf_analyzer over gRPC (`--protocol http`: over HTTP, `-i http`, binary tensor data both ways; the
+echoes speak only gRPC and are left out then) sending exactly --requests requests (`--request-count`) at each
 concurrency.
 
 Two phases:
@@ -27,6 +28,7 @@ Usage: .venv/bin/python tests/bench/bench_cpu.py [--requests 5000] [--cg-request
        [--servers echo echo_registered trireme in_process inline triton] [--rounds 3] [--no-callgrind]
        [--callgrind-triton] [--keep DIR]   (--keep: copy the callgrind dumps into DIR, for callgrind_annotate)
        [--shape 262144] [--shm]   (--shm: system shared memory for inputs and outputs; not for the echo)
+       [--protocol http]   (perf_analyzer -i http against the servers' HTTP ports)
 Prints markdown tables.
 """
 
@@ -78,8 +80,13 @@ TRITON_POOL = 256 << 20  # Triton's Python-backend shm pool for large tensors, a
 LARGE_TENSOR = 1 << 20  # tensors from this size on: Triton gets TRITON_POOL, the warm-up runs at c=1
 
 
+PROTOCOL = ["grpc"]  # perf_analyzer's -i (set in main)
+GRPC_PORTS: dict[int, int] = {}  # with --protocol http: HTTP port -> the same server's gRPC port (its statistics)
+
+
 def start(kind: str, work: Path, port: int, prefix: list[str], shape: int = 16) -> subprocess.Popen[bytes]:
-    """Start one server of `kind` on port (its repository under work), wrapped in prefix; does not wait."""
+    """Start one server of `kind` on port (its repository under work), wrapped in prefix; does not wait. With
+    --protocol http, port is the HTTP port (perf_analyzer's) and the gRPC port a free one."""
     repo = work / f"repo_{kind}"
     if not repo.exists():
         mode = {"in_process": "in_process", "inline": "in_process_inline"}.get(kind, False)
@@ -89,10 +96,14 @@ def start(kind: str, work: Path, port: int, prefix: list[str], shape: int = 16) 
         cmd = [*prefix, sys.executable, str(ROOT / "tests" / "bench" / "echo_server.py"), "--port", str(port)]
         cmd += ["--registered"] if kind == "echo_registered" else []
         return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    grpc_port, http_port = port, 0
+    if PROTOCOL[0] == "http":
+        grpc_port, http_port = free_port(), port
+        GRPC_PORTS[port] = grpc_port
     if kind == "triton":
         pool = [f"--backend-config=python,shm-default-byte-size={TRITON_POOL}"] if 4 * shape >= LARGE_TENSOR else []
-        return start_triton(repo, port, log, pool, prefix=prefix)
-    return start_trireme(repo, port, log, prefix=prefix)
+        return start_triton(repo, grpc_port, log, pool, http_port, prefix=prefix)
+    return start_trireme(repo, grpc_port, log, http_port=http_port, prefix=prefix)
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], model: str, timeout_s: float) -> None:
@@ -114,7 +125,7 @@ def pa(port: int, model: str, concurrency: int, requests: int, shape: int = 16, 
     around the whole run, perf_analyzer's start included (its own figure is rounded to whole seconds in
     --request-count mode); None if it failed and not check."""
     cmd = [
-        "taskset", "-c", CLIENT_CPU, str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", "grpc",
+        "taskset", "-c", CLIENT_CPU, str(ANCHORS / "bin" / "perf_analyzer"), "-m", model, "-i", PROTOCOL[0],
         "-u", f"127.0.0.1:{port}", "--shape", f"INPUT0:{shape}", "--concurrency-range", f"{concurrency}:{concurrency}",
         "--request-count", str(requests), *SHM,
     ]  # fmt: skip
@@ -130,7 +141,7 @@ def pa(port: int, model: str, concurrency: int, requests: int, shape: int = 16, 
 
 def served(kind: str, port: int) -> int:
     """Requests the server has counted (the echo counts nothing: 0)."""
-    return 0 if kind in ECHOES else inference_counts(port, MODELS[kind])[0]
+    return 0 if kind in ECHOES else inference_counts(GRPC_PORTS.get(port, port), MODELS[kind])[0]
 
 
 def cpu_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], list[dict[str, float]]]:
@@ -251,7 +262,11 @@ def main() -> None:
     ap.add_argument("--callgrind-triton", action="store_true", help="also run Triton under callgrind (slow)")
     ap.add_argument("--shm", action="store_true", help="inputs and outputs through system shared memory")
     ap.add_argument("--keep", type=Path, help="copy the callgrind dumps (cg.<pid>.<n>) into this directory")
+    ap.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="perf_analyzer's -i")
     args = ap.parse_args()
+    PROTOCOL[0] = args.protocol
+    if args.protocol == "http":  # the echoes have no HTTP endpoint
+        args.servers = [k for k in args.servers if k not in ECHOES]
     if args.shm:  # the echo has no shared-memory RPCs
         args.servers = [k for k in args.servers if k not in ECHOES]
         SHM[:] = ["--shared-memory", "system", "--output-shared-memory-size", str(args.shape * 4)]
@@ -278,7 +293,7 @@ def report(
         return statistics.median(r[field] for r in rows) if rows else 0.0
 
     print(
-        f"\n{args.shape} FP32 per request{' through system shm' if args.shm else ''}; "
+        f"\n{args.shape} FP32 per request over {args.protocol}{' through system shm' if args.shm else ''}; "
         f"CPU: median of {args.rounds} rounds x {args.requests} requests; "
         f"instructions: {args.cg_requests} requests under callgrind\n"
     )
