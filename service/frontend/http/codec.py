@@ -181,14 +181,20 @@ INT64_MAX = (1 << 63) - 1
 def _shape(value: Any, name: str, datatype: str) -> list[int]:
     """A request input's shape, checked as Triton 2.73 checks it: non-negative integers whose element count and
     byte size fit in int64."""
-    if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+    if not isinstance(value, list):
         raise invalid_arg(f"Unable to parse 'shape' of input '{name}': expected an array of integers")
-    if any(d < 0 for d in value):
+    count, negative = 1, False
+    for d in value:  # one loop, no generators: this runs for every input of every request
+        if type(d) is not int:  # bool is not an int here, nor is anything else JSON can hold
+            raise invalid_arg(f"Unable to parse 'shape' of input '{name}': expected an array of integers")
+        if d < 0:
+            negative = True
+        count *= d
+    if negative:
         raise ServiceError(
             ErrorCode.INTERNAL,
             "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer",
         )
-    count = element_count(value)
     if count > INT64_MAX:
         raise invalid_arg(
             f"shape {value} of input '{name}' causes total element count to exceed maximum size of {INT64_MAX}"

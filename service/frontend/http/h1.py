@@ -36,6 +36,18 @@ MAX_HEADERS = 128
 LINGER_S = 10.0  # after answering a request whose body is still coming: read (and drop) it this long, then close
 _PIPELINE_HIGH = 16  # parsed requests waiting for their turn before the socket is paused
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+_STATUS_LINES = {code: b"HTTP/1.1 %d %s\r\n" % (code, reason) for code, reason in _REASONS.items()}
+_TYPE_LINES: dict[str, bytes] = {}  # "Content-Type: ...\r\n" of the content types answered so far
+_TYPE_LINES_MAX = 64  # handlers answer a handful of types; any beyond this are formatted each time
+
+
+def _content_type_line(content_type: str) -> bytes:
+    line = _TYPE_LINES.get(content_type)
+    if line is None:
+        line = b"Content-Type: %s\r\n" % content_type.encode()
+        if len(_TYPE_LINES) < _TYPE_LINES_MAX:
+            _TYPE_LINES[content_type] = line
+    return line
 
 
 class _Date:
@@ -71,8 +83,9 @@ class _Connection(asyncio.Protocol):
         self._queue: deque[tuple[Request, bool] | _ParseFailed] = deque()
         self._task: asyncio.Task[None] | None = None
         self._reading: Request | None = None  # the request whose body the parser is in
+        self._loop = asyncio.get_running_loop()
         self._url = b""
-        self._headers: list[tuple[str, str]] = []
+        self._headers: list[tuple[bytes, bytes]] = []  # as the parser gives them; decoded once the head is complete
         self._head_bytes = 0
         self._paused: set[str] = set()
         self._write_paused = False
@@ -127,10 +140,14 @@ class _Connection(asyncio.Protocol):
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value))
-        if len(self._headers) >= MAX_HEADERS:
+        # runs once per header line: the limits are checked here, inline (no call per header)
+        size = self._head_bytes = self._head_bytes + len(name) + len(value)
+        if size > MAX_HEAD_BYTES:
+            raise httptools.HttpParserError(f"Request head larger than {MAX_HEAD_BYTES} bytes")
+        headers = self._headers
+        if len(headers) >= MAX_HEADERS:
             raise httptools.HttpParserError(f"Too many headers (more than {MAX_HEADERS})")
-        self._headers.append((name.decode("latin-1"), value.decode("utf-8", "surrogateescape")))
+        headers.append((name, value))
 
     def _count_head(self, n: int) -> None:
         self._head_bytes += n
@@ -141,7 +158,9 @@ class _Connection(asyncio.Protocol):
         parser = self._parser
         raw = self._url.decode("utf-8", "surrogateescape")
         path = raw.split("?", 1)[0]
-        headers = CIMultiDictProxy(CIMultiDict(self._headers))
+        headers = CIMultiDictProxy(
+            CIMultiDict([(n.decode("latin-1"), v.decode("utf-8", "surrogateescape")) for n, v in self._headers])
+        )
         path = unquote(path) if "%" in path else path
         request = Request(parser.get_method().decode(), path, headers, Body(self), self)
         if self._discard:  # after an early answer nothing more is served on this connection
@@ -154,7 +173,7 @@ class _Connection(asyncio.Protocol):
         if len(self._queue) > _PIPELINE_HIGH:
             self._pause("pipeline")
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = self._loop.create_task(self._run())
 
     def on_body(self, data: bytes) -> None:
         if self._reading is not None and not self._discard:
@@ -185,7 +204,7 @@ class _Connection(asyncio.Protocol):
         log.warning("refused a malformed HTTP request: %s", reason)
         self._queue.append(_ParseFailed(reason))
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = self._loop.create_task(self._run())
 
     # ---- handlers, one after the other -------------------------------------------------------------------------
     async def _run(self) -> None:
@@ -227,24 +246,26 @@ class _Connection(asyncio.Protocol):
         if transport is None:
             return
         body = response.body
-        head = [b"HTTP/1.1 %d %s\r\n" % (response.status, _REASONS.get(response.status, b"Unknown"))]
-        if response.content_type:
-            head.append(b"Content-Type: %s\r\n" % response.content_type.encode())
+        status = response.status
+        line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status
+        extra = _content_type_line(response.content_type) if response.content_type else b""
         for name, value in response.headers.items():
-            head.append(b"%s: %s\r\n" % (name.encode(), value.encode()))
-        head.append(b"Content-Length: %d\r\nDate: %s\r\n" % (len(body), _Date.get()))
+            extra += b"%s: %s\r\n" % (name.encode(), value.encode())
         if not keep_alive:
-            head.append(b"Connection: close\r\n")
+            connection = b"Connection: close\r\n"
         elif self._parser.get_http_version() == "1.0":
-            head.append(b"Connection: keep-alive\r\n")
-        head.append(b"\r\n")
+            connection = b"Connection: keep-alive\r\n"
+        else:
+            connection = b""
+        # the head in one formatting step: status, Content-Type, the handler's headers, length, date, connection
+        fmt = b"%s%sContent-Length: %d\r\nDate: %s\r\n%s\r\n"
+        head = fmt % (line, extra, len(body), _Date.get(), connection)
         if head_only:
-            transport.write(b"".join(head))
+            transport.write(head)
         elif len(body) < 65536:
-            head.append(body)
-            transport.write(b"".join(head))
+            transport.write(head + body)
         else:  # no copy of a large body
-            transport.writelines([b"".join(head), body])
+            transport.writelines([head, body])
 
     def _linger_then_close(self) -> None:
         """Answered before the body arrived: read and drop the rest (so the client sees the answer instead of a

@@ -24,25 +24,37 @@ def compile_path(path: str) -> re.Pattern[str]:
 
 
 class Router:
-    """Fixed paths in a dict, the others tried in the order they were added."""
+    """Fixed paths in a dict, the others tried in the order they were added; a path that matched a pattern is
+    remembered (up to CACHED paths, then the memory starts over), so a model's infer path is one dict lookup."""
+
+    CACHED = 1024
 
     def __init__(self) -> None:
         self._fixed: dict[str, Handler] = {}
         self._patterns: list[tuple[re.Pattern[str], Handler]] = []
+        self._matched: dict[str, tuple[Handler, dict[str, str]]] = {}
 
     def add(self, path: str, handler: Handler) -> None:
         if "{" not in path:
             self._fixed.setdefault(path, handler)
         else:
             self._patterns.append((compile_path(path), handler))
+        self._matched.clear()
 
     def resolve(self, path: str) -> tuple[Handler, dict[str, str]] | None:
         """The handler of a path and the path's parts; None when no route matches."""
         handler = self._fixed.get(path)
         if handler is not None:
             return handler, {}
+        known = self._matched.get(path)
+        if known is not None:
+            return known[0], dict(known[1])  # each request its own match_info
         for pattern, handler in self._patterns:
             m = pattern.match(path)
             if m is not None:
-                return handler, m.groupdict()
+                parts = m.groupdict()
+                if len(self._matched) >= self.CACHED:
+                    self._matched.clear()
+                self._matched[path] = (handler, dict(parts))
+                return handler, parts
         return None
