@@ -40,8 +40,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield s
 
 
+def _body(values: list[float]) -> str:
+    return json.dumps({"inputs": [{"name": "INPUT0", "shape": [len(values)], "datatype": "FP32", "data": values}]})
+
+
 def _infer_request(server: ServerProcess, values: list[float], version: str = "1.1", extra: str = "") -> bytes:
-    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [len(values)], "datatype": "FP32", "data": values}]})
+    body = _body(values)
     return (
         f"POST /v2/models/ident/infer HTTP/{version}\r\nHost: {server.http_url}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n{extra}\r\n{body}"
@@ -111,6 +115,28 @@ def test_expect_100_continue(server: ServerProcess) -> None:
         sock.sendall(body)
         status, _, answer = _read_response(sock, bytearray())
         assert status == b"HTTP/1.1 200 OK" and _outputs(answer) == [3.0]
+
+
+def test_head_and_body_sent_apart(server: ServerProcess) -> None:
+    """A small body that comes after its head (as libcurl sends it), or in pieces, is answered once it is all
+    there, on a connection that stays open; a client that leaves before its body ends costs nothing else."""
+    with _connect(server) as sock:
+        buffer = bytearray()
+        for i, cut in enumerate(("head", "middle")):
+            request = _infer_request(server, [float(i), 7.0])
+            at = request.index(b"\r\n\r\n") + 4 if cut == "head" else len(request) - 5
+            sock.sendall(request[:at])
+            sock.settimeout(0.3)
+            with pytest.raises(TimeoutError):  # nothing is answered before the body is complete
+                sock.recv(1)
+            sock.settimeout(30)
+            sock.sendall(request[at:])
+            status, _, body = _read_response(sock, buffer)
+            assert status == b"HTTP/1.1 200 OK" and _outputs(body) == [float(i), 7.0]
+    with _connect(server) as sock:
+        sock.sendall(_infer_request(server, [1.0])[:-3])  # and then goes away
+    answer = requests.post(f"http://{server.http_url}/v2/models/ident/infer", data=_body([8.0]), timeout=30)
+    assert _outputs(answer.content) == [8.0]
 
 
 def test_head_has_no_body_and_keeps_the_connection(server: ServerProcess) -> None:

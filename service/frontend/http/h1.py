@@ -2,9 +2,11 @@
 
 What it does for every handler: keep-alive (HTTP/1.1 by default, HTTP/1.0 when asked), pipelined requests
 answered in order, `Expect: 100-continue`, bodies streamed to the handler as they arrive (Content-Length or
-chunked, with the number of chunks counted), limits on the request head, a parse error answered 400 with the
-parser's reason (a body that stops parsing after its handler started fails that handler's read: it answers
-400 at once), chunked streamed responses (server-sent events), write flow control, and a graceful stop.
+chunked, with the number of chunks counted; a body of up to SMALL_BODY bytes is all there when its handler
+starts, so a client that sends the head and the body apart costs no extra wake-up of the handler), limits on
+the request head, a parse error answered 400 with the parser's reason (a body that stops parsing after its
+handler started fails that handler's read: it answers 400 at once), chunked streamed responses (server-sent
+events), write flow control, and a graceful stop.
 Measured against aiohttp's server and Granian in docs/http.md ("Library choice").
 """
 
@@ -17,14 +19,13 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from email.utils import formatdate
-from http import HTTPStatus
 from typing import cast
 from urllib.parse import unquote
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from service.frontend.http.heads import response_head, stream_head
 from service.frontend.http.message import Body, BodyError, Request, Response, Stream
 
 log = logging.getLogger("trireme.http")
@@ -33,35 +34,9 @@ Handler = Callable[[Request], Awaitable[Response | Stream]]
 
 MAX_HEAD_BYTES = 64 << 10  # request line + headers
 MAX_HEADERS = 128
+SMALL_BODY = 64 << 10  # a request whose body is at most this long starts its handler once the body is all here
 LINGER_S = 10.0  # after answering a request whose body is still coming: read (and drop) it this long, then close
 _PIPELINE_HIGH = 16  # parsed requests waiting for their turn before the socket is paused
-_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
-_STATUS_LINES = {code: b"HTTP/1.1 %d %s\r\n" % (code, reason) for code, reason in _REASONS.items()}
-_TYPE_LINES: dict[str, bytes] = {}  # "Content-Type: ...\r\n" of the content types answered so far
-_TYPE_LINES_MAX = 64  # handlers answer a handful of types; any beyond this are formatted each time
-
-
-def _content_type_line(content_type: str) -> bytes:
-    line = _TYPE_LINES.get(content_type)
-    if line is None:
-        line = b"Content-Type: %s\r\n" % content_type.encode()
-        if len(_TYPE_LINES) < _TYPE_LINES_MAX:
-            _TYPE_LINES[content_type] = line
-    return line
-
-
-class _Date:
-    """The Date header, formatted once a second."""
-
-    second = 0
-    value = b""
-
-    @classmethod
-    def get(cls) -> bytes:
-        now = int(time.time())
-        if now != cls.second:
-            cls.second, cls.value = now, formatdate(now, usegmt=True).encode()
-        return cls.value
 
 
 class _ParseFailed:
@@ -95,6 +70,7 @@ class _Connection(asyncio.Protocol):
         self._stream_chunked = True
         self._streamed = False  # the running handler opened a stream
         self._linger: asyncio.TimerHandle | None = None
+        self._start_when_complete = False  # the last request queued runs once its (small) body has arrived
 
     # ---- asyncio.Protocol ------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -172,7 +148,16 @@ class _Connection(asyncio.Protocol):
         self._queue.append((request, parser.should_keep_alive()))
         if len(self._queue) > _PIPELINE_HIGH:
             self._pause("pipeline")
-        if self._task is None:
+        length = headers.get("Content-Length")
+        if (
+            expect is None
+            and "Transfer-Encoding" not in headers
+            and (length is None or (len(length) <= 6 and length.isdigit() and int(length) <= SMALL_BODY))
+        ):
+            # a small body: its handler starts once it has all of it (at on_message_complete, usually in this
+            # same read), instead of starting now and waiting for the body's next piece
+            self._start_when_complete = True
+        elif self._task is None:
             self._task = self._loop.create_task(self._run())
 
     def on_body(self, data: bytes) -> None:
@@ -190,6 +175,10 @@ class _Connection(asyncio.Protocol):
         if self._reading is not None:
             self._reading.body.finish()
             self._reading = None
+        if self._start_when_complete:
+            self._start_when_complete = False
+            if self._task is None:
+                self._task = self._loop.create_task(self._run())
 
     def _parse_error(self, reason: str) -> None:
         self._broken = True  # what else arrives is read and dropped (closing with unread data would reset)
@@ -197,6 +186,10 @@ class _Connection(asyncio.Protocol):
         if reading is not None and not self._discard:  # its handler is running or queued: its read fails
             reading.body.fail(BodyError(reason))
             log.warning("refused a malformed HTTP request body: %s", reason)
+            if self._start_when_complete:  # its handler was waiting for the whole body: it answers the error
+                self._start_when_complete = False
+                if self._task is None:
+                    self._task = self._loop.create_task(self._run())
             return
         if self._discard:
             self._close()
@@ -246,20 +239,13 @@ class _Connection(asyncio.Protocol):
         if transport is None:
             return
         body = response.body
-        status = response.status
-        line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status
-        extra = _content_type_line(response.content_type) if response.content_type else b""
-        for name, value in response.headers.items():
-            extra += b"%s: %s\r\n" % (name.encode(), value.encode())
         if not keep_alive:
             connection = b"Connection: close\r\n"
         elif self._parser.get_http_version() == "1.0":
             connection = b"Connection: keep-alive\r\n"
         else:
             connection = b""
-        # the head in one formatting step: status, Content-Type, the handler's headers, length, date, connection
-        fmt = b"%s%sContent-Length: %d\r\nDate: %s\r\n%s\r\n"
-        head = fmt % (line, extra, len(body), _Date.get(), connection)
+        head = response_head(response.status, response.content_type, response.headers, len(body), connection)
         if head_only:
             transport.write(head)
         elif len(body) < 65536:
@@ -294,10 +280,7 @@ class _Connection(asyncio.Protocol):
         self._streamed = True
         self._stream_chunked = self._parser.get_http_version() != "1.0"
         coding = b"Transfer-Encoding: chunked\r\n" if self._stream_chunked else b"Connection: close\r\n"
-        self._write(
-            b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nDate: %s\r\n%s\r\n"
-            % (status, _REASONS.get(status, b"Unknown"), content_type.encode(), _Date.get(), coding)
-        )
+        self._write(stream_head(status, content_type, coding))
 
     def write(self, data: bytes) -> None:
         if self._stream_chunked:
@@ -353,7 +336,7 @@ class _Connection(asyncio.Protocol):
             self._transport.close()
 
     def close_when_idle(self) -> None:
-        if self._task is None:
+        if self._task is None and not self._start_when_complete:
             self._close()
 
 

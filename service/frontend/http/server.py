@@ -13,6 +13,7 @@ import re
 import socket
 import ssl
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from service.config.access import RestrictedApi
@@ -25,11 +26,22 @@ from service.frontend.http import generate as http_generate
 from service.frontend.http.h1 import H1Server
 from service.frontend.http.message import JSON, BodyError, Request, Response, Stream
 from service.frontend.http.routing import Handler, Router
-from service.frontend.http.util import compress_if_asked, error_json, error_response, json_response, read_body
-from service.types import InferRequest, InferResponse
+from service.frontend.http.util import (
+    compress_if_asked,
+    error_json,
+    error_response,
+    json_response,
+    read_body,
+    whole_body,
+)
+from service.types import InferRequest
 
 _MODEL = r"/v2/models/{model}"
 _VERSIONED = (_MODEL, _MODEL + "/versions/{version:[0-9]+}")
+
+
+async def _not_found() -> Response:
+    return error_json("Not Found", 404)
 
 
 @dataclass(slots=True)
@@ -86,13 +98,14 @@ class HttpFrontend:
         admin.add_routes(route)
         return router
 
-    async def handle(self, request: Request) -> Response | Stream:
-        """Every request: its route's handler, or 404 `{"error": "Not Found"}`."""
+    def handle(self, request: Request) -> Awaitable[Response | Stream]:
+        """Every request: its route's handler, or 404 `{"error": "Not Found"}` (the handler's own awaitable: no
+        coroutine of its own in between)."""
         found = self._router.resolve(request.path)
         if found is None:
-            return error_json("Not Found", 404)
+            return _not_found()
         handler, request.match_info = found
-        return await handler(request)
+        return handler(request)
 
     @staticmethod
     def _dispatch(methods: dict[str, Handler], rule: RestrictedApi | None) -> Handler:
@@ -185,22 +198,33 @@ class HttpFrontend:
         model, version = mi["model"], mi.get("version", "")
         tracing = self.engine.tracer.enabled
         received = time.monotonic_ns() if tracing else 0
-        body = await read_body(request, self.options.max_input_size)
+        max_size = self.options.max_input_size
+        body = whole_body(request, max_size)  # the usual small body, already here: no coroutine to read it
+        if body is None:
+            body = await read_body(request, max_size)
         req, choice = self._decode(request, body, model, version)
         trace = self.engine.tracer.sample(model, request.headers.get("traceparent", "")) if tracing else None
-        if trace is None:
-            response = await self._run(req)
-            payload, header_length = codec.encode_response(response, choice)
-        else:
+        if trace is not None:
             trace.stamp("HTTP_RECV_START", received)
             trace.stamp("HTTP_RECV_END")
             req.trace = trace
-            try:
-                response = await self._run(req)
+        try:  # one path, traced or not (the stamps are the only difference)
+            response = await self.engine.infer(req)
+            if response.error is not None:
+                raise response.error
+            if trace is not None:
                 trace.stamp("HTTP_SEND_START")
-                payload, header_length = codec.encode_response(response, choice)
+            payload, header_length = codec.encode_response(response, choice)
+            if trace is not None:
                 trace.stamp("HTTP_SEND_END")
-            finally:
+        except ServiceError as e:
+            if e.code == ErrorCode.UNSUPPORTED and self.engine.is_decoupled(req.model_name, req.model_version):
+                raise ServiceError(
+                    ErrorCode.UNSUPPORTED, "HTTP end point doesn't support models with decoupled transaction policy"
+                ) from None
+            raise
+        finally:
+            if trace is not None:
                 trace.finish()
         if header_length < 0:
             out = Response(200, payload, JSON)
@@ -242,16 +266,3 @@ class HttpFrontend:
                         )
                     req.parameters[key] = value
         return req, choice
-
-    async def _run(self, req: InferRequest) -> InferResponse:
-        try:
-            response = await self.engine.infer(req)
-        except ServiceError as e:
-            if e.code == ErrorCode.UNSUPPORTED and self.engine.is_decoupled(req.model_name, req.model_version):
-                raise ServiceError(
-                    ErrorCode.UNSUPPORTED, "HTTP end point doesn't support models with decoupled transaction policy"
-                ) from None
-            raise
-        if response.error is not None:
-            raise response.error
-        return response
