@@ -1,6 +1,7 @@
 """Benchmark: Trireme's HTTP/REST endpoint vs real Triton's, and what HTTP costs the rest of the server.
 
 Usage: .venv/bin/python tests/bench/bench_http.py [--rounds 3] [--parts http grpc probes] [--stability "..."]
+       [--payloads "16 floats" "1 MiB"] [--concurrency 1 8] [--no-ab]   (what the http part measures)
 Needs perf_analyzer and tritonserver in $TRIREME_TOOLS/bin (and `ab` for the JSON row).
 
 Parts (each interleaved in rounds, ratios taken within a round):
@@ -51,6 +52,8 @@ MODEL = "identity_fp32_any"
 ROOT_PA = ANCHORS / "bin" / "perf_analyzer"
 STABILITY = ["-p", "3000", "-s", "20", "-r", "12"]
 SIZES = {"16 floats": 16, "1 MiB": 262144}
+CONCURRENCY = [1, 8]  # --concurrency
+WITH_AB = True  # --no-ab: leave out the JSON row
 SERVER_PREFIX: list[str] = []  # --pin: ["taskset", "-c", "0"] (the load generators then run on CPU 1)
 
 
@@ -163,21 +166,21 @@ def bench_http(work: Path, repo: Path, rounds: int) -> None:
         for r in range(rounds):
             order = ["trireme", "triton"] if r % 2 == 0 else ["triton", "trireme"]
             for size, elements in SIZES.items():
-                for c in (1, 8):
+                for c in CONCURRENCY:
                     for name in order:
                         server = (procs[name].pid, ports[name][0])
                         res = perf(ports[name][1], c, elements, work / f"{name}-{elements}-{c}-{r}.csv", server=server)
                         results.setdefault((size, name, c), []).append(res)
                         print(f"round {r} {size} c={c} {name}: {res}", file=sys.stderr, flush=True)
             for name in order:
-                json_rates[name].append(ab_json(ports[name][1], body))
+                json_rates[name].append(ab_json(ports[name][1], body) if WITH_AB else 0.0)
         print(
             "\n| payload | c | Trireme infer/s | Triton infer/s | ratio (median of rounds) | "
             "Trireme p50/p99 µs | Triton p50/p99 µs | server CPU µs/request Trireme / Triton (with workers) |"
         )
         print("|---|---|---|---|---|---|---|---|")
         for size in SIZES:
-            for c in (1, 8):
+            for c in CONCURRENCY:
                 t, x = results[(size, "trireme", c)], results[(size, "triton", c)]
                 ratio = statistics.median(a["ips"] / b["ips"] for a, b in zip(t, x, strict=True))
                 print(
@@ -333,7 +336,16 @@ def main(argv: Any = None) -> None:
     ap.add_argument(
         "--pin", action="store_true", help="per-core figures: servers (and their workers) on CPU 0, load on CPU 1"
     )
+    ap.add_argument("--payloads", nargs="+", default=list(SIZES), choices=list(SIZES), help="of the http part")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=CONCURRENCY, help="of the http part")
+    ap.add_argument("--no-ab", action="store_true", help="http part without the ab JSON row")
     args = ap.parse_args(argv)
+    global WITH_AB
+    WITH_AB = not args.no_ab
+    CONCURRENCY[:] = args.concurrency
+    for name in list(SIZES):
+        if name not in args.payloads:
+            del SIZES[name]
     STABILITY[:] = args.stability.split()
     if args.pin:
         SERVER_PREFIX[:] = ["taskset", "-c", "0"]
