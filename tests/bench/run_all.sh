@@ -29,6 +29,9 @@ section "BLS";                      run $PY tests/bench/bench_bls.py --rounds 3
 section "Metrics endpoint";         run $PY tests/bench/bench_metrics.py --pairs 20
 section "Model changes under load"; run $PY tests/bench/bench_reload.py
 section "HTTP/REST front end";      run $PY tests/bench/bench_http.py --rounds 3
+run $PY tests/bench/bench_cpu.py --servers trireme triton --protocol http
+run $PY tests/bench/bench_http_ir.py; run $PY tests/bench/bench_http_ir.py --split
+run $PY tests/bench/bench_http_latency.py --rounds 3; run $PY tests/bench/bench_http_latency.py --rounds 3 --placement
 section "Response cache";           run $PY tests/bench/bench_cache.py --rounds 3
 section "Tracing";                  run $PY tests/bench/bench_trace.py --rounds 3
 section "OpenAI API: batching";     run $PY tests/bench/bench_openai.py
