@@ -16,7 +16,9 @@ concurrency.
 Two phases:
 1. CPU time: every server runs natively; per round (servers in rotating order) and concurrency, /proc utime+stime
    of the server and of each child (worker, Triton's Python stub) around one perf_analyzer run, divided by the
-   requests sent. Throughput (infer/s) of the same run is printed too (noisy on a shared machine).
+   requests sent. No throughput is reported: perf_analyzer's --request-count mode ends its runs on whole-second
+   steps, so requests / wall time of such a run comes out on steps too (e.g. 984, 1965, 2940/s for one server);
+   tests/bench/bench_hotpath.py and bench_http.py measure throughput in perf_analyzer's time windows.
 2. Instructions (repeatable on a busy machine): each Trireme server and the echo run under
    `valgrind --tool=callgrind --instr-atstart=no --trace-children=yes` (workers are traced as their own
    processes); after start-up and a warm-up, counters are zeroed (`callgrind_control -z`), --cg-requests
@@ -298,10 +300,10 @@ def report(
         f"instructions: {args.cg_requests} requests under callgrind\n"
     )
     print(
-        "| server | c | infer/s | server CPU µs/req | children CPU µs/req | server wake-ups/req "
+        "| server | c | server CPU µs/req | children CPU µs/req | server wake-ups/req "
         "| server Ir/req | children Ir/req | total Ir ÷ echo | total Ir ÷ echo_registered | idle Ir/s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for c in args.concurrency:
         echo_ir = ir.get(("echo", c), {}).get("server", 0.0)
         echo_reg_ir = ir.get(("echo_registered", c), {}).get("server", 0.0)
@@ -313,7 +315,6 @@ def report(
             cells = [
                 k,
                 str(c),
-                f"{med(k, c, 'ips'):.{0 if med(k, c, 'ips') >= 10 else 2}f}" if cpu else "-",
                 f"{med(k, c, 'server'):.0f}" if cpu else "-",
                 f"{med(k, c, 'children'):.0f}" if cpu else "-",
                 f"{med(k, c, 'wakeups'):.1f}" if cpu else "-",

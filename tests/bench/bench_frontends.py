@@ -2,18 +2,21 @@
 
 Phase `single` (is N = 1 as fast as before?): Trireme from this tree with `--frontend-processes 1` and Trireme
 from another checkout (`--main-root`, today's main) are each pinned to CPU 0 (taskset; workers inherit it), real
-perf_analyzer to CPU 1, sending exactly --requests requests at each concurrency; CPU time (/proc utime+stime of
-the server and its children) per request and requests/s of wall time; servers in rotating order per round.
+perf_analyzer to CPU 1 at each concurrency; servers in rotating order per round.
 
 Phase `many` (does N = 2 pay with many client connections?): Trireme with N = 1 and N = 2 and Triton 2.51, each
 unpinned on all cores; --clients perf_analyzer processes at once, each at --client-concurrency with
 TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 (one gRPC connection per concurrent request: clients x concurrency
-connections), each sending --many-requests requests. Aggregate requests/s = all requests / wall time until the
-last finishes; CPU time per request of the whole server tree; servers in rotating order per round.
+connections); servers in rotating order per round.
+
+Every run is measured the same way (tests/bench/servers.py `windowed_load`): the clients send until stopped; after
+2 s, over --window seconds, requests/s as the server itself counts them (its statistics) and CPU time (/proc
+utime+stime) per request of the core process and of each child (worker, front ends), read at the same two
+instants.
 
 Model: the unbatched FP32 [-1] identity of tests/bench/models.py (one worker-process instance), 16 floats.
-Usage: .venv/bin/python tests/bench/bench_frontends.py [--phases single many] [--rounds 3] [--requests 4000]
-       [--concurrency 1 8] [--clients 4] [--client-concurrency 4] [--many-requests 2000] [--main-root DIR]
+Usage: .venv/bin/python tests/bench/bench_frontends.py [--phases single many] [--rounds 3] [--window 8]
+       [--concurrency 1 8] [--clients 4] [--client-concurrency 4] [--main-root DIR]
        [--streaming]   (phase many over gRPC streams: each concurrent request slot opens its own stream)
 Prints markdown tables (medians over rounds) and each round's raw figures on stderr.
 """
@@ -26,7 +29,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +36,18 @@ sys.path.insert(0, str(ROOT))
 
 from tests.bench.bench_cpu import pa, wait_ready  # noqa: E402
 from tests.bench.models import MODEL, write_identity  # noqa: E402
-from tests.bench.servers import ANCHORS, free_port, start_triton, stop, tree_usage, usage_per_request  # noqa: E402
+from tests.bench.servers import ANCHORS, free_port, process_tree, start_triton, stop, windowed_load  # noqa: E402
+
+RUN_ON = ["--measurement-mode", "time_windows", "-p", "3600000"]  # one hour-long window: runs until stopped
+
+
+def client_cmd(port: int, concurrency: int, streaming: bool = False, prefix: tuple[str, ...] = ()) -> list[str]:
+    """perf_analyzer sending 16 floats at `concurrency` until it is stopped (windowed_load measures)."""
+    return [
+        *prefix, str(ANCHORS / "bin" / "perf_analyzer"), "-m", MODEL, "-i", "grpc", "-u", f"127.0.0.1:{port}",
+        "--shape", "INPUT0:16", "--concurrency-range", f"{concurrency}:{concurrency}", *RUN_ON,
+        *(["--streaming"] if streaming else []),
+    ]  # fmt: skip
 
 
 def start(
@@ -71,14 +84,14 @@ def single_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[tuple
         for r in range(args.rounds):
             for c in args.concurrency:
                 for k in kinds[r % 2 :] + kinds[: r % 2]:
-                    before = tree_usage(procs[k].pid)
-                    ips = pa(ports[k], MODEL, c, args.requests) or 0.0
-                    usage = usage_per_request(before, tree_usage(procs[k].pid), args.requests, procs[k].pid)
-                    row = {
-                        "ips": ips,
-                        "server": usage["server"]["cpu_us"],
-                        "children": sum(v["cpu_us"] for n, v in usage.items() if n != "server"),
-                    }
+                    got = windowed_load(
+                        ports[k],
+                        MODEL,
+                        procs[k].pid,
+                        [client_cmd(ports[k], c, prefix=("taskset", "-c", "1"))],
+                        window_s=args.window,
+                    )
+                    row = {"ips": got["ips"], "server": got["core"], "children": got["children"]}
                     out.setdefault((k, c), []).append(row)
                     print(f"single round {r} c={c} {k}: {row}", file=sys.stderr, flush=True)
     finally:
@@ -93,48 +106,27 @@ def is_frontend(pid: int) -> bool:
         return False
 
 
-def many_clients(port: int, args: argparse.Namespace) -> float:
-    """--clients perf_analyzer processes at once; aggregate requests/s of wall time."""
-    env = {**os.environ, "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
-    c = args.client_concurrency
-    cmd = [
-        str(ANCHORS / "bin" / "perf_analyzer"), "-m", MODEL, "-i", "grpc", "-u", f"127.0.0.1:{port}",
-        "--shape", "INPUT0:16", "--concurrency-range", f"{c}:{c}", "--request-count", str(args.many_requests),
-        *(["--streaming"] if args.streaming else []),
-    ]  # fmt: skip
-    t0 = time.monotonic()
-    running = [
-        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(args.clients)
-    ]
-    outputs = [p.communicate(timeout=1800)[0] for p in running]
-    seconds = time.monotonic() - t0
-    for p, o in zip(running, outputs, strict=True):
-        if p.returncode != 0:
-            raise RuntimeError(f"perf_analyzer failed:\n{o.decode(errors='replace')[-1500:]}")
-    return args.clients * args.many_requests / seconds
-
-
 def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, list[dict[str, float]]]:
     kinds = list(args.many_servers)
     ports = {k: free_port() for k in kinds}
     procs = {k: start(k, repo, ports[k], work, args.main_root, []) for k in kinds}
     out: dict[str, list[dict[str, float]]] = {}
-    total = args.clients * args.many_requests
     try:
         for k in kinds:
             wait_ready(ports[k], procs[k], MODEL, 180)
             pa(ports[k], MODEL, 8, 1000)
         for r in range(args.rounds):
             for k in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
-                before = tree_usage(procs[k].pid)
-                ips = many_clients(ports[k], args)
-                after = tree_usage(procs[k].pid)
-                usage = usage_per_request(before, after, total, procs[k].pid)
-                frontends = {f"child {p}" for p in after if is_frontend(p)}
+                cmd = client_cmd(ports[k], args.client_concurrency, args.streaming)
+                # one gRPC connection per concurrent request: clients x concurrency connections
+                env = {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
+                got = windowed_load(ports[k], MODEL, procs[k].pid, [cmd] * args.clients, window_s=args.window, env=env)
+                usage = got["usage"]
+                frontends = {f"child {p}" for p in process_tree(procs[k].pid) if is_frontend(p)}
                 row = {
-                    "ips": ips,
-                    "cpu": sum(v["cpu_us"] for v in usage.values()),
-                    "core": usage["server"]["cpu_us"],
+                    "ips": got["ips"],
+                    "cpu": got["core"] + got["children"],
+                    "core": got["core"],
                     "frontends": sum(v["cpu_us"] for n, v in usage.items() if n in frontends),
                 }
                 out.setdefault(k, []).append(row)
@@ -152,11 +144,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--phases", nargs="+", default=["single", "many"], choices=["single", "many"])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=4000)
+    ap.add_argument("--window", type=float, default=8.0, help="seconds measured per run (after 2 s of warm-up)")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--client-concurrency", type=int, default=4)
-    ap.add_argument("--many-requests", type=int, default=2000)
     ap.add_argument(
         "--many-servers",
         nargs="+",
@@ -172,7 +163,7 @@ def main() -> None:
     write_identity(repo)
     if "single" in args.phases:
         single = single_phase(args, repo, work)
-        print(f"\nsingle: pinned (server CPU 0, perf_analyzer CPU 1), median of {args.rounds} rounds x {args.requests}")
+        print(f"\nsingle: pinned (server CPU 0, perf_analyzer CPU 1), median of {args.rounds} rounds x {args.window} s")
         print("| server | c | server CPU µs/req | worker CPU µs/req | infer/s | n1 ÷ main (infer/s) |")
         print("|---|---|---|---|---|---|")
         for c in args.concurrency:

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from load.tools import tools_dir
 
@@ -171,6 +172,55 @@ def inference_counts(port: int, model: str) -> tuple[int, int]:
         return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
     finally:
         client.close()
+
+
+def windowed_load(
+    port: int,
+    model: str,
+    root_pid: int,
+    clients: Sequence[Sequence[str]],
+    warm_s: float = 2.0,
+    window_s: float = 8.0,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run the load generators `clients` (commands that keep sending until stopped, e.g. perf_analyzer with a large
+    --request-count), and after warm_s measure over window_s: requests/s the server itself counted (its statistics)
+    and the CPU µs per request of its process tree, "core" (root_pid) and "children" (the rest), from /proc read at
+    the same two instants. The generators are then stopped.
+
+    perf_analyzer's own figures are not used: in --request-count mode a run ends on whole-second steps, so requests /
+    wall time lands on steps (e.g. 984, 1965, 2940/s for one server); several clients' time windows do not align."""
+    running = [
+        subprocess.Popen(list(cmd), env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for cmd in clients
+    ]
+    try:
+        time.sleep(warm_s)
+        n0, u0, t0 = inference_counts(port, model)[0], tree_usage(root_pid), time.monotonic()
+        time.sleep(window_s)
+        n1, u1, t1 = inference_counts(port, model)[0], tree_usage(root_pid), time.monotonic()
+        failed = [p for p in running if p.poll() is not None]
+        if failed:
+            out = failed[0].communicate()[0].decode(errors="replace")
+            raise RuntimeError(f"a load generator stopped before the window ended:\n{out[-1500:]}")
+    finally:
+        for p in running:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in running:
+            try:
+                p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+    served = max(n1 - n0, 1)
+    usage = usage_per_request(u0, u1, served, root_pid)
+    return {
+        "ips": served / (t1 - t0),
+        "core": usage["server"]["cpu_us"],
+        "children": sum(v["cpu_us"] for k, v in usage.items() if k != "server"),
+        "usage": usage,  # per process: {"server" | "child <pid>": {cpu_us, wakeups, invol}}
+    }
 
 
 def process_tree(pid: int) -> list[int]:
