@@ -14,10 +14,12 @@ Every run is measured the same way (tests/bench/servers.py `windowed_load`): the
 utime+stime) per request of the core process and of each child (worker, front ends), read at the same two
 instants.
 
-Model: the unbatched FP32 [-1] identity of tests/bench/models.py (one worker-process instance), 16 floats.
+Model: the unbatched FP32 [-1] identity of tests/bench/models.py (one worker-process instance), --shape floats (16),
+over the wire or through system shared memory (--shm).
 Usage: .venv/bin/python tests/bench/bench_frontends.py [--phases single many] [--rounds 3] [--window 8]
        [--concurrency 1 8] [--clients 4] [--client-concurrency 4] [--main-root DIR]
        [--streaming]   (phase many over gRPC streams: each concurrent request slot opens its own stream)
+       [--shape 262144] [--shm]   (e.g. 1 MiB through system shm: --phases many --clients 1 --client-concurrency 4)
 Prints markdown tables (medians over rounds) and each round's raw figures on stderr.
 """
 
@@ -34,35 +36,47 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.bench_cpu import pa, wait_ready  # noqa: E402
+from tests.bench.bench_cpu import LARGE_TENSOR, TRITON_POOL, pa, wait_ready  # noqa: E402
 from tests.bench.models import MODEL, write_identity  # noqa: E402
 from tests.bench.servers import ANCHORS, free_port, process_tree, start_triton, stop, windowed_load  # noqa: E402
 
 RUN_ON = ["--measurement-mode", "time_windows", "-p", "3600000"]  # one hour-long window: runs until stopped
 
 
-def client_cmd(port: int, concurrency: int, streaming: bool = False, prefix: tuple[str, ...] = ()) -> list[str]:
-    """perf_analyzer sending 16 floats at `concurrency` until it is stopped (windowed_load measures)."""
+def client_cmd(
+    port: int, concurrency: int, args: argparse.Namespace, streaming: bool = False, prefix: tuple[str, ...] = ()
+) -> list[str]:
+    """perf_analyzer sending --shape floats (through system shm with --shm) at `concurrency` until it is stopped
+    (windowed_load measures)."""
+    shm = ["--shared-memory", "system", "--output-shared-memory-size", str(4 * args.shape)] if args.shm else []
     return [
         *prefix, str(ANCHORS / "bin" / "perf_analyzer"), "-m", MODEL, "-i", "grpc", "-u", f"127.0.0.1:{port}",
-        "--shape", "INPUT0:16", "--concurrency-range", f"{concurrency}:{concurrency}", *RUN_ON,
+        "--shape", f"INPUT0:{args.shape}", "--concurrency-range", f"{concurrency}:{concurrency}", *RUN_ON, *shm,
         *(["--streaming"] if streaming else []),
     ]  # fmt: skip
 
 
 def start(
-    kind: str, repo: Path, port: int, work: Path, main_root: Path, prefix: list[str], extra: tuple[str, ...] = ()
+    kind: str,
+    repo: Path,
+    port: int,
+    work: Path,
+    main_root: Path,
+    prefix: list[str],
+    extra: tuple[str, ...] = (),
+    shape: int = 16,
 ) -> subprocess.Popen[bytes]:
     """`main` (the other checkout), `n1`/`n2` (this tree with 1 / 2 front ends) or `triton`; does not wait.
     `extra`: more server flags (Trireme only)."""
     log = (work / f"{kind}_{port}.log").open("wb")
-    if kind == "triton":
-        return start_triton(repo, port, work / f"{kind}_{port}.log", prefix=prefix)
+    if kind == "triton":  # large tensors: Triton's Python-backend pool as large as Trireme's arenas (bench_cpu)
+        pool = [f"--backend-config=python,shm-default-byte-size={TRITON_POOL}"] if 4 * shape >= LARGE_TENSOR else []
+        return start_triton(repo, port, work / f"{kind}_{port}.log", pool, prefix=prefix)
     root = main_root if kind in ("main", "m2") else ROOT
     cmd = [
         *prefix, sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
         "--http-address", "127.0.0.1", "--http-port", str(free_port()), "--metrics-address", "127.0.0.1",
-        "--metrics-port", str(free_port()), "--model-repository", str(repo),
+        "--metrics-port", str(free_port()), "--model-repository", str(repo), "--allow-client-shm=true",
     ]  # fmt: skip
     if kind != "main":  # n<N>: this tree with N front ends; m<N>: the other checkout with N
         cmd += ["--frontend-processes", kind[1:]]
@@ -75,7 +89,7 @@ def start(
 def single_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[tuple[str, int], list[dict[str, float]]]:
     kinds = ["main", "n1"]
     ports = {k: free_port() for k in kinds}
-    procs = {k: start(k, repo, ports[k], work, args.main_root, ["taskset", "-c", "0"]) for k in kinds}
+    procs = {k: start(k, repo, ports[k], work, args.main_root, ["taskset", "-c", "0"], shape=args.shape) for k in kinds}
     out: dict[tuple[str, int], list[dict[str, float]]] = {}
     try:
         for k in kinds:
@@ -88,7 +102,7 @@ def single_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[tuple
                         ports[k],
                         MODEL,
                         procs[k].pid,
-                        [client_cmd(ports[k], c, prefix=("taskset", "-c", "1"))],
+                        [client_cmd(ports[k], c, args, prefix=("taskset", "-c", "1"))],
                         window_s=args.window,
                     )
                     row = {"ips": got["ips"], "server": got["core"], "children": got["children"]}
@@ -109,7 +123,7 @@ def is_frontend(pid: int) -> bool:
 def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, list[dict[str, float]]]:
     kinds = list(args.many_servers)
     ports = {k: free_port() for k in kinds}
-    procs = {k: start(k, repo, ports[k], work, args.main_root, []) for k in kinds}
+    procs = {k: start(k, repo, ports[k], work, args.main_root, [], shape=args.shape) for k in kinds}
     out: dict[str, list[dict[str, float]]] = {}
     try:
         for k in kinds:
@@ -117,7 +131,7 @@ def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, li
             pa(ports[k], MODEL, 8, 1000)
         for r in range(args.rounds):
             for k in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
-                cmd = client_cmd(ports[k], args.client_concurrency, args.streaming)
+                cmd = client_cmd(ports[k], args.client_concurrency, args, args.streaming)
                 # one gRPC connection per concurrent request: clients x concurrency connections
                 env = {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
                 got = windowed_load(ports[k], MODEL, procs[k].pid, [cmd] * args.clients, window_s=args.window, env=env)
@@ -155,6 +169,8 @@ def main() -> None:
         choices=["n1", "n2", "m2", "triton"],
         help="phase many: n1/n2 this tree with 1/2 front ends, m2 the --main-root checkout with 2, triton",
     )
+    ap.add_argument("--shape", type=int, default=16, help="FP32 elements per request")
+    ap.add_argument("--shm", action="store_true", help="inputs and outputs through system shared memory")
     ap.add_argument("--streaming", action="store_true", help="phase many over ModelStreamInfer (one stream each)")
     ap.add_argument("--main-root", type=Path, default=Path("/work/main"), help="checkout of today's main")
     args = ap.parse_args()
@@ -180,7 +196,11 @@ def main() -> None:
     if "many" in args.phases:
         many = many_phase(args, repo, work)
         conns = args.clients * args.client_concurrency
-        mode = ", streaming" if args.streaming else ""
+        mode = (
+            (", streaming" if args.streaming else "")
+            + f", {args.shape} floats"
+            + (" through system shm" if args.shm else "")
+        )
         clients = f"{args.clients} perf_analyzer x c={args.client_concurrency}"
         print(f"\nmany: {clients} ({conns} connections{mode}), unpinned")
         print(
