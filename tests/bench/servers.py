@@ -204,15 +204,11 @@ def windowed_load(
             out = failed[0].communicate()[0].decode(errors="replace")
             raise RuntimeError(f"a load generator stopped before the window ended:\n{out[-1500:]}")
     finally:
-        for p in running:
+        for p in running:  # killed: on SIGINT perf_analyzer would first finish its (hour-long) window
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in running:
-            try:
-                p.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
                 p.kill()
-                p.communicate()
+        for p in running:
+            p.communicate()
     served = max(n1 - n0, 1)
     usage = usage_per_request(u0, u1, served, root_pid)
     return {
