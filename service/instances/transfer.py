@@ -10,7 +10,7 @@ from typing import Any
 from service.instances.spec import InstanceSpec
 from service.ipc import frames as ipc
 from service.ipc.arena import GrowingArena
-from service.ipc.blocks import THREAD_COPY_BYTES, Copy, OrderedSender, lent_view
+from service.ipc.blocks import LEND_BYTES, THREAD_COPY_BYTES, Copy, OrderedSender, lent_view
 from service.types import InferRequest, OutputTensor, ShmRef
 
 log = logging.getLogger("trireme.workers")
@@ -117,7 +117,7 @@ class ArenaTransfer:
         for t in tensors:
             if t.where == ipc.WHERE_INLINE:
                 out.append(OutputTensor(t.name, t.datatype, t.shape, t.data))
-            elif t.where == ipc.WHERE_ARENA and t.nbytes >= THREAD_COPY_BYTES:
+            elif t.where == ipc.WHERE_ARENA and t.nbytes >= LEND_BYTES:
                 out.append(OutputTensor(t.name, t.datatype, t.shape, self._arena_output(t.offset, t.nbytes)))
             elif t.where == ipc.WHERE_ARENA:
                 assert self.out_arena is not None
@@ -137,8 +137,8 @@ class ArenaTransfer:
         return out
 
     def _arena_output(self, offset: int, nbytes: int) -> memoryview:
-        """A large output as a view of the output arena (no copy on the event loop): its block goes back to the
-        worker once the last reference to the view is gone (after the response was serialised)."""
+        """A large output as a view of the output arena (no copy on the event loop; the front end copies it once
+        into its response): its block goes back to the worker once the last reference to the view is gone."""
         assert self.out_arena is not None
         return lent_view(self.out_arena.buffer[offset : offset + nbytes], offset, self._release_now)
 

@@ -17,6 +17,10 @@ from typing import Any
 import numpy as np
 
 THREAD_COPY_BYTES = 4 << 20  # blocks this large are filled by a thread, off the event loop
+# output blocks this large are lent to the reader (lent_view) rather than copied out at once: below it a copy is
+# cheaper than the view's finalizer and the give-back frame of its own (the gRPC front end's one-copy serialiser
+# takes responses from the same size on)
+LEND_BYTES = 256 << 10
 
 Copy = tuple[memoryview, Any]  # (arena view, source bytes of the same length)
 

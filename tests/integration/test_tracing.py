@@ -196,7 +196,7 @@ def test_trace_file_timestamps_are_ordered_and_match_statistics(repo: Path, tmp_
 
 
 def test_a_large_response_with_tracing_on_is_answered_whole_and_traced(repo: Path, tmp_path: Path) -> None:
-    # above LARGE_BYTES (1 MiB) ModelInfer answers through the large-message serialiser, traced or not (the
+    # above LARGE_BYTES (256 KiB) ModelInfer answers through the large-message serialiser, traced or not (the
     # traced handler used to encode with protobuf instead); tests/unit/test_grpc_infer_path.py checks the path
     trace_file = tmp_path / "trace.json"
     args = ["--trace-config", f"triton,file={trace_file}", "--trace-config", "level=TIMESTAMPS"]

@@ -3,6 +3,8 @@ Triton's messages for bad ones) and InferResponse -> ModelInferResponse."""
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from protos import grpc_service_pb2 as pb
 from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
 from service.frontend.grpc import large as grpc_large
+from service.ipc.blocks import THREAD_COPY_BYTES
 from service.types import InferResponse, OutputTensor
 
 
@@ -92,6 +95,22 @@ def test_responses_encode_outputs_and_parameters() -> None:
     assert {k: codec.param_value(v) for k, v in msg.parameters.items()} == resp.parameters
     # the large-message serialiser writes the same message
     assert pb.ModelInferResponse.FromString(grpc_large.serialize(msg)) == msg
+
+
+@pytest.mark.parametrize("nbytes", [grpc_large.LARGE_BYTES, THREAD_COPY_BYTES + 12])
+def test_the_one_copy_serialiser_writes_what_protobuf_writes(nbytes: int) -> None:
+    # from LARGE_BYTES on ModelInfer responses are serialised by grpc_large, copied on the loop below
+    # THREAD_COPY_BYTES and by a thread from there on; a lent arena view and plain bytes alike
+    big = np.random.default_rng(0).integers(0, 255, nbytes, np.uint8)
+    outputs = [
+        OutputTensor("A", "UINT8", [nbytes], memoryview(big)),
+        OutputTensor("B", "FP32", [2], np.array([1.5, 2], np.float32).tobytes()),
+        OutputTensor("C", "FP32", [3]),  # written into the client's shm region: no bytes
+    ]
+    resp = InferResponse("m", "1", "r", outputs, parameters={"k": "v"})
+    assert grpc_large.response_bytes(resp) >= grpc_large.LARGE_BYTES
+    wire = asyncio.run(grpc_large.serialize_large(resp))
+    assert pb.ModelInferResponse.FromString(wire) == codec.encode_infer_response(resp)
 
 
 def test_errors_map_to_service_errors() -> None:

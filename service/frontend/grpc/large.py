@@ -3,9 +3,10 @@
 protobuf copies every `bytes` field while parsing, again on each access, and again while serialising, all
 holding the GIL: for a 100 MiB tensor that kept the loop (every other client) waiting for ~1 s on this VM.
 Above LARGE_BYTES a ModelInferRequest is split at the wire level: `raw_input_contents` (field 7) become
-memoryviews of the received buffer (no copy) and only the rest is parsed by protobuf. A response above
-LARGE_BYTES is serialised here: protobuf writes the small part, and the output bytes are copied once into the
-final message by numpy on a worker thread (numpy releases the GIL while copying).
+memoryviews of the received buffer (no copy) and only the rest is parsed by protobuf. A response whose outputs
+hold LARGE_BYTES or more is serialised here: protobuf writes the small part, and the output bytes are copied
+once into the final message (protobuf would copy them twice, and the worker's arena block into bytes before
+that); from THREAD_COPY_BYTES on by numpy on a worker thread (numpy releases the GIL while copying).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import numpy as np
 
 from protos import grpc_service_pb2 as pb
 from service.frontend.grpc.params import set_param
+from service.ipc.blocks import THREAD_COPY_BYTES
 from service.types import InferResponse
 
-LARGE_BYTES = 1 << 20  # messages above this take the sliced paths
+# messages this large take the sliced paths: from here on the copies they save cost more than their Python calls
+# (the worker lends its output arena blocks from the same size on: service/ipc/blocks.py LEND_BYTES)
+LARGE_BYTES = 256 << 10
 _RAW_INPUT_FIELD = 7  # ModelInferRequest.raw_input_contents
 _RAW_OUTPUT_TAG = b"\x32"  # ModelInferResponse.raw_output_contents: field 6, wire type 2
 
@@ -129,7 +133,7 @@ def _fill(target: np.ndarray, pieces: list[tuple[int, memoryview]]) -> None:
 
 
 async def serialize_large(resp: InferResponse) -> bytes:
-    """The serialised ModelInferResponse, its tensor bytes copied once, off the event loop."""
+    """The serialised ModelInferResponse, its tensor bytes copied once (by a thread from THREAD_COPY_BYTES on)."""
     head, parts = _header(resp)
     total = len(head) + sum(len(prefix) + len(data) for prefix, data in parts)
     out: bytes = _new_bytes(None, total)  # uninitialised; filled below before anyone else sees it
@@ -144,5 +148,8 @@ async def serialize_large(resp: InferResponse) -> bytes:
         big.append((pos, data))
         pos += len(data)
     _fill(writable, small)
-    await asyncio.get_running_loop().run_in_executor(None, _fill, writable, big)
+    if total < THREAD_COPY_BYTES:
+        _fill(writable, big)  # a thread's round trip costs more than copying this much here
+    else:
+        await asyncio.get_running_loop().run_in_executor(None, _fill, writable, big)
     return out

@@ -159,7 +159,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             for o in observers:
                 o.encoding()
             encoded: pb.ModelInferResponse | bytes
-            if grpc_large.response_bytes(response) > grpc_large.LARGE_BYTES:
+            if grpc_large.response_bytes(response) >= grpc_large.LARGE_BYTES:
                 encoded = await grpc_large.serialize_large(response)  # bytes, see grpc_large.serialize
             else:
                 encoded = codec.encode_infer_response(response)
