@@ -99,23 +99,22 @@ class _Inflate:
         return out
 
 
-def _inflater(request: Request) -> _Inflate | None:
-    """The decompressor the request's Content-Encoding asks for (None: none); 501 for an unsupported one."""
+def _coding(request: Request) -> str:
+    """The Content-Encoding to undo ("gzip" or "deflate"; "" for none or identity); 501 for an unsupported one."""
     encoding = request.headers.get("Content-Encoding")
-    if encoding:
-        coding = encoding.lower()
-        if coding not in ("gzip", "deflate", "identity"):
-            raise ServiceError(ErrorCode.UNSUPPORTED, "Unsupported compression type")
-        if coding != "identity":
-            return _Inflate(coding)
-    return None
+    if not encoding:
+        return ""
+    coding = encoding.lower()
+    if coding not in ("gzip", "deflate", "identity"):
+        raise ServiceError(ErrorCode.UNSUPPORTED, "Unsupported compression type")
+    return "" if coding == "identity" else coding
 
 
 def whole_body(request: Request, max_size: int) -> bytes | None:
     """read_body's answer when it needs no waiting: the body arrived whole and is not compressed (returned without
-    a copy, checked as read_body checks it); None otherwise (then await read_body)."""
+    a copy, its size checked); None otherwise (then await read_body)."""
     body = request.body
-    if not body.done or body.chunks > MAX_REQUEST_CHUNKS or _inflater(request) is not None:
+    if body.chunks > MAX_REQUEST_CHUNKS or _coding(request):
         return None
     whole = body.whole()
     if whole is not None:
@@ -126,14 +125,13 @@ def whole_body(request: Request, max_size: int) -> bytes | None:
 async def read_body(request: Request, max_size: int) -> bytes:
     """The (decompressed) request body; unsupported encodings are 501, bodies over max_size 400, a chunked body
     of more than MAX_REQUEST_CHUNKS chunks 400 (Triton 2.69's cap: a flood of tiny chunks costs the server far
-    more than its bytes). A body that arrived whole and uncompressed is returned without a copy."""
-    inflate = _inflater(request)
+    more than its bytes). A body that arrived whole and uncompressed is returned without a copy (whole_body)."""
+    whole = whole_body(request, max_size)
+    if whole is not None:
+        return whole
+    coding = _coding(request)
+    inflate = _Inflate(coding) if coding else None
     body = request.body
-    if inflate is None and body.chunks <= MAX_REQUEST_CHUNKS:
-        whole = body.whole()
-        if whole is not None:
-            _check_size(len(whole), max_size)
-            return whole
     parts: list[bytes] = []
     size = 0
     while (data := await body.read()) is not None:
