@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from tests.bench.servers import callgrind_total  # noqa: E402
 
 HEAD = (
     b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: libcurl-agent/1.0\r\n"
@@ -111,14 +110,7 @@ def serve(requests: int, split: bool) -> None:
 
 def instructions(requests: int, split: bool) -> int:
     """Ir of one run of this script under callgrind with `requests` requests."""
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__]
-    cmd += ["--serve", str(requests), *(["--split"] if split else [])]
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800).stderr
-    found = re.search(r"Collected : (\d+)", out)
-    if found is None:
-        raise RuntimeError(f"no callgrind total in:\n{out[-2000:]}")
-    return int(found.group(1))
+    return callgrind_total([__file__, "--serve", str(requests), *(["--split"] if split else [])])
 
 
 def main() -> None:

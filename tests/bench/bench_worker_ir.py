@@ -17,15 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from tests.bench.servers import callgrind_total  # noqa: E402
 
 
 def serve(requests: int, frames: int) -> None:
@@ -75,16 +75,7 @@ def serve(requests: int, frames: int) -> None:
 
 def instructions(requests: int, frames: int) -> int:
     """Ir of one run of this script under callgrind with `requests` requests."""
-    cmd = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-        "--serve", str(requests), "--frames", str(frames),
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800).stderr
-    found = re.search(r"Collected : (\d+)", out)
-    if found is None:
-        raise RuntimeError(f"no callgrind total in:\n{out[-2000:]}")
-    return int(found.group(1))
+    return callgrind_total([__file__, "--serve", str(requests), "--frames", str(frames)])
 
 
 def main() -> None:

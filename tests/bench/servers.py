@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -172,6 +173,19 @@ def inference_counts(port: int, model: str) -> tuple[int, int]:
         return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
     finally:
         client.close()
+
+
+def callgrind_total(script_args: Sequence[str]) -> int:
+    """Instructions (Ir) of one whole run of `python script_args...` under callgrind (PYTHONHASHSEED=0, so dict and
+    set layouts repeat). The one-process benches run themselves with few and with many requests and divide the
+    difference: start-up cancels out."""
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, *script_args]
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800).stderr
+    found = re.search(r"Collected : (\d+)", out)
+    if found is None:
+        raise RuntimeError(f"no callgrind total in:\n{out[-2000:]}")
+    return int(found.group(1))
 
 
 def windowed_load(
