@@ -88,9 +88,9 @@ class AdminRoutes:
     # ---- repository -------------------------------------------------------------------------------------
     async def index(self, request: Request) -> Response:
         """[{"name", "version"?, "state"?, "reason"?}] for every (model, version) known; {"ready": true} filters."""
-        ready = (await self._body(request)).get("ready", False)
+        ready = (await read_json_object(request, self.max_input_size, depth_last=True)).get("ready", False)
         if not isinstance(ready, bool):
-            raise invalid_arg("Unable to parse 'ready': expected a boolean")
+            raise invalid_arg("Invalid value for 'ready': expected a boolean")
         rows = []
         for r in self.engine.repository_index(ready):
             row = {"name": r.name}
