@@ -2,47 +2,71 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 
-from service.worker.pb_utils.errors import TritonModelException
+from service.worker.pb_utils.errors import TritonModelException, incompatible_arguments
 from service.worker.pb_utils.hooks import runtime
 
 _log = logging.getLogger("trireme.model")
 
 
-class Logger:
-    """Model logging through the worker's log (reaches the server's output)."""
+class LogLevel(enum.Enum):
+    """pb_utils.Logger.LogLevel: an enum of its own, as Triton's (a plain int is not a level)."""
 
     INFO = 0
     WARNING = 1
     ERROR = 2
     VERBOSE = 3
-    _LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
+
+
+_Level = LogLevel  # for annotations inside Logger, whose own LogLevel attribute shadows the name
+_LEVELS = {LogLevel.INFO: logging.INFO, LogLevel.WARNING: logging.WARNING, LogLevel.ERROR: logging.ERROR}
+
+
+def _message(call: str, msg: object, *rest: object) -> str:
+    if type(msg) is not str:  # Triton's bindings take a str and nothing else (None included)
+        raise incompatible_arguments(call, "(message: str) -> None", (msg, *rest))
+    return msg
+
+
+class Logger:
+    """Model logging through the worker's log (reaches the server's output)."""
+
+    LogLevel = LogLevel
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
 
     @staticmethod
-    def log(msg: str, level: int = 0) -> None:
+    def log(message: str, level: _Level = _Level.INFO) -> None:
         """Log at a Logger level."""
-        _log.log(Logger._LEVELS.get(level, logging.INFO), "%s", msg)
+        if type(message) is not str or not isinstance(level, _Level):
+            raise incompatible_arguments(
+                "log()", "(message: str, level: Logger.LogLevel = Logger.LogLevel.INFO) -> None", (message, level)
+            )
+        _log.log(_LEVELS.get(level, logging.DEBUG), "%s", message)
 
     @staticmethod
-    def log_info(msg: str) -> None:
+    def log_info(message: str) -> None:
         """Log at INFO."""
-        _log.info("%s", msg)
+        _log.info("%s", _message("log_info()", message))
 
     @staticmethod
-    def log_warn(msg: str) -> None:
+    def log_warn(message: str) -> None:
         """Log at WARNING."""
-        _log.warning("%s", msg)
+        _log.warning("%s", _message("log_warn()", message))
 
     @staticmethod
-    def log_error(msg: str) -> None:
+    def log_error(message: str) -> None:
         """Log at ERROR."""
-        _log.error("%s", msg)
+        _log.error("%s", _message("log_error()", message))
 
     @staticmethod
-    def log_verbose(msg: str) -> None:
+    def log_verbose(message: str) -> None:
         """Log at VERBOSE."""
-        _log.debug("%s", msg)
+        _log.debug("%s", _message("log_verbose()", message))
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
