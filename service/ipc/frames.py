@@ -258,6 +258,17 @@ class MetricUpdate(msgspec.Struct, tag="mupd", array_like=True):
     ops: list[tuple[int, int, float]]
 
 
+class ModelLog(msgspec.Struct, tag="log", array_like=True):
+    """A line a model logged through pb_utils.Logger: the server logs it under its own log settings (level
+    flags, format, file), as Triton's stub sends every such line to the server. `level` is the Logger level
+    (0 INFO, 1 WARNING, 2 ERROR, 3 VERBOSE); file and line are the model's call site."""
+
+    level: int
+    message: str
+    file: str
+    line: int
+
+
 # MetricUpdate / MetricCall op codes
 METRIC_INCREMENT, METRIC_SET, METRIC_OBSERVE, METRIC_DELETE, METRIC_FAMILY_DELETE = 0, 1, 2, 3, 4
 
@@ -282,6 +293,7 @@ Message = (
     | MetricCall
     | MetricReply
     | MetricUpdate
+    | ModelLog
 )
 
 

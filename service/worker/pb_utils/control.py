@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import sys
 
 from service.worker.pb_utils.errors import TritonModelException, incompatible_arguments
 from service.worker.pb_utils.hooks import runtime
@@ -21,7 +22,25 @@ class LogLevel(enum.Enum):
 
 
 _Level = LogLevel  # for annotations inside Logger, whose own LogLevel attribute shadows the name
-_LEVELS = {LogLevel.INFO: logging.INFO, LogLevel.WARNING: logging.WARNING, LogLevel.ERROR: logging.ERROR}
+_PY_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG)  # by LogLevel value
+
+
+def _emit(level: int, message: str) -> None:
+    """Send the line to the server (which filters and formats it under its current log settings, so changes
+    made through the log-settings API apply at once), or log it here; with the model's file and line."""
+    caller = sys._getframe(2)  # the model's frame: _emit <- Logger.<method> <- model code
+    send = runtime.log
+    if send is not None:
+        send(level, message, caller.f_code.co_filename, caller.f_lineno)
+    else:
+        log_line(level, message, caller.f_code.co_filename, caller.f_lineno)
+
+
+def log_line(level: int, message: str, file: str, line: int) -> None:
+    """Log a model's line in this process, as the model's call site, when its level is enabled."""
+    py_level = _PY_LEVELS[level] if 0 <= level < len(_PY_LEVELS) else logging.INFO
+    if _log.isEnabledFor(py_level):
+        _log.handle(_log.makeRecord(_log.name, py_level, file, line, message, (), None))
 
 
 def _message(call: str, msg: object, *rest: object) -> str:
@@ -46,27 +65,27 @@ class Logger:
             raise incompatible_arguments(
                 "log()", "(message: str, level: Logger.LogLevel = Logger.LogLevel.INFO) -> None", (message, level)
             )
-        _log.log(_LEVELS.get(level, logging.DEBUG), "%s", message)
+        _emit(level.value, message)
 
     @staticmethod
     def log_info(message: str) -> None:
         """Log at INFO."""
-        _log.info("%s", _message("log_info()", message))
+        _emit(0, _message("log_info()", message))
 
     @staticmethod
     def log_warn(message: str) -> None:
         """Log at WARNING."""
-        _log.warning("%s", _message("log_warn()", message))
+        _emit(1, _message("log_warn()", message))
 
     @staticmethod
     def log_error(message: str) -> None:
         """Log at ERROR."""
-        _log.error("%s", _message("log_error()", message))
+        _emit(2, _message("log_error()", message))
 
     @staticmethod
     def log_verbose(message: str) -> None:
         """Log at VERBOSE."""
-        _log.debug("%s", _message("log_verbose()", message))
+        _emit(3, _message("log_verbose()", message))
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
