@@ -297,6 +297,7 @@ class Server:
             stopping.append(self.metrics.stop())
         await asyncio.gather(*stopping)
         await self.repository.stop()
+        self.engine.model_files.close()
         self.engine.tracer.close()
         if self.shm_registry is not None:
             self.shm_registry.close()

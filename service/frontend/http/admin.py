@@ -106,16 +106,22 @@ class AdminRoutes:
         if not isinstance(params, dict):
             raise invalid_arg("Unable to parse 'parameters': expected an object")
         config_json = ""
+        files: dict[str, bytes] = {}
         for key, value in params.items():
             if key == "config":
                 if not isinstance(value, str):
                     raise invalid_arg("'config' parameter is expected to be a string")
                 config_json = value
             elif key.startswith("file:"):
-                raise ServiceError(ErrorCode.UNSUPPORTED, "loading model files through the request is not supported")
+                if not isinstance(value, str):
+                    raise invalid_arg(f"Unable to parse '{key}': expected a base64-encoded string")
+                try:
+                    files[key] = base64.b64decode(value, validate=True)
+                except binascii.Error:
+                    raise invalid_arg(f"Unable to parse '{key}': invalid base64 content") from None
             else:
                 raise invalid_arg(f"unrecognized load parameter '{key}'.")
-        await self.engine.load_model(request.match_info["model"], config_json)
+        await self.engine.load_model(request.match_info["model"], config_json, files)
         return _OK()
 
     async def unload(self, request: Request) -> Response:
