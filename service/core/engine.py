@@ -23,6 +23,7 @@ from service.core.pipeline.validation import check_model_name, validate_request
 from service.core.repository.override import ModelFileDirs
 from service.core.repository.repository import READY, ModelRepository, ModelVersion
 from service.core.repository.signature import parse_version
+from service.core.scheduling.ensemble_graph import step_model_names
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, ResponseCallback
 
@@ -159,15 +160,24 @@ class Engine:
                 ErrorCode.INVALID_ARG, f"load failed for model '{name}': " + "".join(f"{e};\n" for e in errors)
             )
 
-    async def unload_model(self, name: str) -> None:
-        """Unload every version of a model in explicit mode.
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload every version of a model in explicit mode; with `unload_dependents`, an ensemble's composing
+        models too (as Triton's unload_dependents).
 
         New requests are refused at once; requests already accepted finish (bounded by the unload timeout),
         then the instances are finalized. Unloading a model that is not loaded succeeds, as in Triton.
         """
         self._require_explicit()
         check_model_name(name, is_path=False)
+        steps: list[str] = []
+        entry = self.repository.models.get(name)
+        if unload_dependents and entry is not None:
+            for mv in entry.versions.values():
+                if mv.config.platform == "ensemble":
+                    steps += [s for s in step_model_names(mv.config) if s not in steps]
         await self.repository.unload(name)
+        for step in steps:
+            await self.repository.unload(step)
 
     # ---- health and metadata ----------------------------------------------------------------------------
     def server_ready(self) -> bool:

@@ -269,6 +269,27 @@ class ModelLog(msgspec.Struct, tag="log", array_like=True):
     line: int
 
 
+class ModelControl(msgspec.Struct, tag="mctl", array_like=True, omit_defaults=True):
+    """Model control from a model (pb_utils.load_model / unload_model / is_model_ready); answered by a
+    ModelControlReply. `op` is "load", "unload" or "ready"; `files` as a load request's file:<v>/<name>."""
+
+    id: int
+    op: str
+    model_name: str
+    config: str = ""
+    files: dict[str, bytes] = {}
+    unload_dependents: bool = False
+    model_version: str = ""
+
+
+class ModelControlReply(msgspec.Struct, tag="mctlreply", array_like=True, omit_defaults=True):
+    """The answer to a ModelControl: an error message ("" when it went well) and, for "ready", the readiness."""
+
+    reply_to: int
+    error: str = ""
+    ready: bool = False
+
+
 # MetricUpdate / MetricCall op codes
 METRIC_INCREMENT, METRIC_SET, METRIC_OBSERVE, METRIC_DELETE, METRIC_FAMILY_DELETE = 0, 1, 2, 3, 4
 
@@ -294,6 +315,8 @@ Message = (
     | MetricReply
     | MetricUpdate
     | ModelLog
+    | ModelControl
+    | ModelControlReply
 )
 
 

@@ -255,8 +255,8 @@ class RemoteEngine:
     async def load_model(self, name: str, config_json: str = "", files: dict[str, bytes] | None = None) -> None:
         await self._async_call("load_model", name, config_json, files)
 
-    async def unload_model(self, name: str) -> None:
-        await self._async_call("unload_model", name)
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self._async_call("unload_model", name, unload_dependents)
 
     # ---- inference ----------------------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:

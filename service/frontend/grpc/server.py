@@ -202,7 +202,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async with aborting(context):
             if request.repository_name:
                 raise ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
-            await self.engine.unload_model(request.model_name)
+            dependents = False
+            for key, value in request.parameters.items():
+                if key == "unload_dependents":
+                    if value.WhichOneof("parameter_choice") != "bool_param":
+                        raise ServiceError(
+                            ErrorCode.INVALID_ARG,
+                            "invalid value type for unload parameter 'unload_dependents', expected bool_param.",
+                        )
+                    dependents = value.bool_param
+            await self.engine.unload_model(request.model_name, dependents)
         return pb.RepositoryModelUnloadResponse()
 
     # ---- shared memory --------------------------------------------------------------------------------------

@@ -127,9 +127,10 @@ class AdminRoutes:
     async def unload(self, request: Request) -> Response:
         """Unload every version of a model (explicit mode)."""
         params = (await self._body(request)).get("parameters") or {}
-        if not isinstance(params, dict) or not isinstance(params.get("unload_dependents", False), bool):
+        dependents = params.get("unload_dependents", False) if isinstance(params, dict) else None
+        if not isinstance(dependents, bool):
             raise invalid_arg("Unable to parse 'unload_dependents': expected a boolean")
-        await self.engine.unload_model(request.match_info["model"])
+        await self.engine.unload_model(request.match_info["model"], dependents)
         return _OK()
 
     async def named_repository(self, request: Request) -> Response:

@@ -6,6 +6,7 @@ import enum
 import logging
 import sys
 
+from service.ipc import frames as ipc
 from service.worker.pb_utils.errors import TritonModelException, incompatible_arguments
 from service.worker.pb_utils.hooks import runtime
 
@@ -88,22 +89,52 @@ class Logger:
         _emit(3, _message("log_verbose()", message))
 
 
+def _control(failure: str, message: ipc.ModelControl) -> ipc.ModelControlReply:
+    """Run a model-control request through the server; its error raises as Triton's stub raises it."""
+    if runtime.bls is None:
+        raise TritonModelException(f"{failure}: model control needs a model loaded by the server")
+    reply: ipc.ModelControlReply = runtime.bls.control(message)
+    if reply.error:
+        raise TritonModelException(f"{failure}: {reply.error}")
+    return reply
+
+
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
-    """Load a model from a model (explicit model control)."""
-    if runtime.bls is None or not hasattr(runtime.bls, "load_model"):
-        raise TritonModelException("model control from a model is not supported by this server build")
-    runtime.bls.load_model(model_name, config, files)
+    """Load (or reload) a model from a model, as the repository API's load with `config` and `files`
+    ({"file:<version>/<name>": bytes}); needs explicit model control, as in Triton."""
+    if type(model_name) is not str or type(config) is not str:
+        raise incompatible_arguments(
+            "load_model()", "(model_name: str, config: str = '', files: object = None) -> None", (model_name, config)
+        )
+    if files is not None and not isinstance(files, dict):
+        raise TritonModelException(
+            f"failed to load model '{model_name}', files should be a dictionary of file paths and file contents"
+        )
+    contents = {str(k): bytes(v) for k, v in (files or {}).items()}
+    _control("Failed to load model", ipc.ModelControl(0, "load", model_name, config, contents))
 
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    """Unload a model from a model (explicit model control)."""
-    if runtime.bls is None or not hasattr(runtime.bls, "unload_model"):
-        raise TritonModelException("model control from a model is not supported by this server build")
-    runtime.bls.unload_model(model_name, unload_dependents)
+    """Unload a model from a model (with `unload_dependents`, an ensemble's composing models too)."""
+    if type(model_name) is not str or type(unload_dependents) is not bool:
+        raise incompatible_arguments(
+            "unload_model()", "(model_name: str, unload_dependents: bool = False) -> None", (model_name,)
+        )
+    _control("Failed to unload model", ipc.ModelControl(0, "unload", model_name, unload_dependents=unload_dependents))
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    """Whether another model is ready."""
-    if runtime.bls is None or not hasattr(runtime.bls, "is_model_ready"):
-        raise TritonModelException("model readiness queries are not supported by this server build")
-    return bool(runtime.bls.is_model_ready(model_name, model_version))
+    """Whether a model (that version, or any) is ready."""
+    if type(model_name) is not str or type(model_version) is not str:
+        raise incompatible_arguments(
+            "is_model_ready()", "(model_name: str, model_version: str = '') -> bool", (model_name, model_version)
+        )
+    if model_version and not (model_version.isdigit() and int(model_version) > 0):
+        raise TritonModelException(
+            f"failed to get model version from specified version string '{model_version}', version should be an "
+            "integral value > 0"
+        )
+    reply = _control(
+        "Failed to check model readiness", ipc.ModelControl(0, "ready", model_name, model_version=model_version)
+    )
+    return reply.ready
