@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from functools import partial
 from typing import Any
 
 import grpc
@@ -16,6 +17,7 @@ from service.config.flags import ServerConfig
 from service.config.tls import ssl_context
 from service.core.bls import BlsServer
 from service.core.engine import Engine
+from service.core.observability import model_logs
 from service.core.observability.custom_metrics import CustomMetrics
 from service.core.observability.metrics import CoreCollector, parse_metrics_config
 from service.core.observability.system_metrics import SystemSampler
@@ -33,6 +35,7 @@ from service.frontend.metrics import Collector, MetricsService
 from service.frontend.openai.server import OpenAIFrontend
 from service.ipc.arena import SEGMENT_PREFIX
 from service.remote.supervisor import Frontends
+from service.worker.pb_utils.hooks import runtime as pb_runtime
 from shm.registry import SharedMemoryRegistry
 
 log = logging.getLogger("trireme.server")
@@ -106,6 +109,7 @@ class Server:
         def attach_worker(worker: Any) -> None:
             bls_attach(worker)
             metrics_attach(worker)
+            model_logs.attach(worker, self.engine.log_settings)
 
         options.attach_worker = attach_worker
         self.repository = ModelRepository(
@@ -121,6 +125,8 @@ class Server:
             self.engine.configure_tracing(*parse_trace_config(config.trace_config))
         self.engine.log_settings.log_verbose_level = config.log_verbose
         self.bls.engine = self.engine
+        # pb_utils.Logger lines of in-process instances: the same settings as lines from worker processes
+        pb_runtime.log = partial(model_logs.log_here, self.engine.log_settings)
         self.grpc_server: grpc.aio.Server | None = None
         self.grpc_port = 0
         self.http: HttpFrontend | None = None
@@ -291,6 +297,7 @@ class Server:
             stopping.append(self.metrics.stop())
         await asyncio.gather(*stopping)
         await self.repository.stop()
+        self.engine.model_files.close()
         self.engine.tracer.close()
         if self.shm_registry is not None:
             self.shm_registry.close()

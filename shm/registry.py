@@ -56,7 +56,7 @@ def open_cuda_region(raw_handle: bytes, byte_size: int, device_id: int) -> Devic
 class _Entry:
     """One registration: its public description, its mapping and its in-flight reference count."""
 
-    __slots__ = ("device", "refs", "registered", "resolved", "system")
+    __slots__ = ("awaiting", "device", "refs", "registered", "resolved", "system")
 
     def __init__(self, resolved: ResolvedRegion, system: SystemRegion | None, device: DeviceRegion | None) -> None:
         self.resolved = resolved  # the whole registered window
@@ -64,6 +64,7 @@ class _Entry:
         self.device = device
         self.refs = 0
         self.registered = True
+        self.awaiting = False  # unregistered while in use: goes when its last in-flight request releases it
 
     def close(self) -> None:
         if self.system is not None:
@@ -177,6 +178,9 @@ class SharedMemoryRegistry:
         self._unregister("", "cuda")
 
     def _unregister(self, name: str, kind: str) -> None:
+        """Triton 2.73's rule: a region no request holds goes at once; one that in-flight requests hold is only
+        marked (the call succeeds, status still lists it, new requests may still use it) and goes when the last
+        request holding it releases it."""
         retired: list[tuple[ResolvedRegion, bool]] = []
         with self._lock:
             if name:
@@ -185,11 +189,17 @@ class SharedMemoryRegistry:
             else:
                 targets = [e for e in self._by_name.values() if e.resolved.kind == kind]
             for entry in targets:
-                del self._by_name[entry.resolved.name]
-                entry.registered = False
-                if entry.refs == 0:
-                    retired.append(self._retire(entry))
+                if entry.refs:
+                    entry.awaiting = True
+                    continue
+                retired.append(self._drop(entry))
         self._notify(retired)
+
+    def _drop(self, entry: _Entry) -> tuple[ResolvedRegion, bool]:
+        """Unregister and close an entry nobody holds (lock held)."""
+        del self._by_name[entry.resolved.name]
+        entry.registered = False
+        return self._retire(entry)
 
     def _retire(self, entry: _Entry) -> tuple[ResolvedRegion, bool]:
         """Close an entry (lock held); returns it with whether it was the last live user of its key/handle."""
@@ -277,8 +287,8 @@ class SharedMemoryRegistry:
             if entry is None or entry.refs == 0:
                 raise ShmError("INTERNAL", f"shared memory region '{resolved.name}' released more often than acquired")
             entry.refs -= 1
-            if entry.refs == 0 and not entry.registered:
-                retired.append(self._retire(entry))
+            if entry.refs == 0 and entry.awaiting:
+                retired.append(self._drop(entry))
         self._notify(retired)
 
     @contextlib.contextmanager

@@ -58,6 +58,35 @@ class BlsServer:
         worker.message_handlers[ipc.BlsRequest] = partial(self._on_request, worker)
         worker.message_handlers[ipc.BlsCancel] = partial(self._on_cancel, worker)
         worker.message_handlers[ipc.BlsRelease] = partial(self._on_release, worker)
+        worker.message_handlers[ipc.ModelControl] = partial(self._on_control, worker)
+
+    def _on_control(self, worker: WorkerProcess, msg: ipc.ModelControl) -> None:
+        """Model control from a model: run it on the engine (as the repository API would) and reply."""
+        asyncio.get_running_loop().create_task(self._control(worker, msg))
+
+    async def _control(self, worker: WorkerProcess, msg: ipc.ModelControl) -> None:
+        reply = ipc.ModelControlReply(msg.id)
+        engine = self.engine
+        try:
+            if engine is None:
+                raise ServiceError(ErrorCode.UNAVAILABLE, "the server is not ready")
+            if msg.op == "load":
+                await engine.load_model(msg.model_name, msg.config, msg.files or None)
+            elif msg.op == "unload":
+                await engine.unload_model(msg.model_name, msg.unload_dependents)
+            elif msg.op == "ready":
+                reply.ready = await engine.model_ready(msg.model_name, msg.model_version)
+            else:
+                raise ServiceError(ErrorCode.INVALID_ARG, f"unknown model control '{msg.op}'")
+        except ServiceError as e:
+            reply.error = e.message
+        except Exception as e:  # the model gets the message; the server goes on
+            log.exception("model control from '%s' failed", worker.spec.instance_name)
+            reply.error = str(e)
+        try:
+            worker.send(reply)
+        except Exception:  # the worker is gone: nobody waits for the reply
+            log.debug("model control reply to '%s' not sent", worker.spec.instance_name, exc_info=True)
 
     # ---- messages from workers -------------------------------------------------------------------------
     def _on_request(self, worker: WorkerProcess, msg: ipc.BlsRequest) -> None:

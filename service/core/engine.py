@@ -20,8 +20,10 @@ from service.core.pipeline.cache_gate import CacheGate
 from service.core.pipeline.callbacks import Classifier, admitted, traced
 from service.core.pipeline.shm_holds import ShmHolds
 from service.core.pipeline.validation import check_model_name, validate_request
+from service.core.repository.override import ModelFileDirs
 from service.core.repository.repository import READY, ModelRepository, ModelVersion
 from service.core.repository.signature import parse_version
+from service.core.scheduling.ensemble_graph import step_model_names
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, ResponseCallback
 
@@ -83,6 +85,7 @@ class Engine:
         admission: Admission | None = None,
     ) -> None:
         self.repository = repository
+        self.model_files = ModelFileDirs()  # files sent with load requests
         # in-flight bounds; None when no bound is configured (no bookkeeping on the hot path then)
         self.admission = admission if admission is not None and admission.enabled else None
         self.shm_registry = shm_registry
@@ -115,14 +118,32 @@ class Engine:
                 ErrorCode.UNAVAILABLE, "explicit model load / unload is not allowed if polling is enabled"
             )
 
-    async def load_model(self, name: str, config_json: str = "") -> None:
-        """Load (or reload) a model in explicit mode; `config_json` overrides its config.pbtxt.
+    async def load_model(self, name: str, config_json: str = "", files: dict[str, bytes] | None = None) -> None:
+        """Load (or reload) a model in explicit mode; `config_json` overrides its config.pbtxt, and `files`
+        ({"file:<version>/<name>": content}, with a config) stand in for its repository folder.
 
         A reload keeps the serving version until the new one is READY; if the new one fails, the old one keeps
         serving and the error is returned (and shown in the repository index).
         """
         self._require_explicit()
         check_model_name(name)
+        sent_dir = ""
+        if files:
+            sent_dir = await asyncio.get_running_loop().run_in_executor(
+                None, self.model_files.write, name, config_json, files
+            )
+        try:
+            await self._load(name, config_json, sent_dir)
+        except BaseException:
+            entry = self.repository.models.get(name)
+            if sent_dir and not (entry and any(mv.model_dir == sent_dir for mv in entry.versions.values())):
+                self.model_files.discard(sent_dir)  # nothing serves from it
+                raise
+            self.model_files.commit(name, sent_dir)
+            raise
+        self.model_files.commit(name, sent_dir)
+
+    async def _load(self, name: str, config_json: str, sent_dir: str) -> None:
         override = None
         if config_json:
             from service.core.repository.model_config import from_json
@@ -131,7 +152,7 @@ class Engine:
                 override = from_json(config_json)
             except ValueError as e:
                 raise ServiceError(ErrorCode.INVALID_ARG, f"failed to load '{name}': invalid 'config': {e}") from None
-        config_error, errors = await self.repository.load(name, override)
+        config_error, errors = await self.repository.load(name, override, sent_dir=sent_dir)
         if config_error:
             raise ServiceError(ErrorCode.INVALID_ARG, f"failed to load '{name}', {config_error}")
         if errors:
@@ -139,15 +160,24 @@ class Engine:
                 ErrorCode.INVALID_ARG, f"load failed for model '{name}': " + "".join(f"{e};\n" for e in errors)
             )
 
-    async def unload_model(self, name: str) -> None:
-        """Unload every version of a model in explicit mode.
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload every version of a model in explicit mode; with `unload_dependents`, an ensemble's composing
+        models too (as Triton's unload_dependents).
 
         New requests are refused at once; requests already accepted finish (bounded by the unload timeout),
         then the instances are finalized. Unloading a model that is not loaded succeeds, as in Triton.
         """
         self._require_explicit()
         check_model_name(name, is_path=False)
+        steps: list[str] = []
+        entry = self.repository.models.get(name)
+        if unload_dependents and entry is not None:
+            for mv in entry.versions.values():
+                if mv.config.platform == "ensemble":
+                    steps += [s for s in step_model_names(mv.config) if s not in steps]
         await self.repository.unload(name)
+        for step in steps:
+            await self.repository.unload(step)
 
     # ---- health and metadata ----------------------------------------------------------------------------
     def server_ready(self) -> bool:

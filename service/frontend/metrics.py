@@ -89,6 +89,9 @@ class MetricsService:
             return web.Response(status=405)
         if not _METRICS_PATH.fullmatch(request.path):
             return web.Response(status=200)
+        # one turn of the loop first: a metric update a model sent just before it scraped is already in its
+        # control socket, and this turn's poll applies it (custom metrics are visible at once, as in Triton)
+        await asyncio.sleep(0)
         return web.Response(body=render(self.collectors), headers={"Content-Type": CONTENT_TYPE})
 
     async def start(self, address: str, port: int) -> int:

@@ -258,6 +258,38 @@ class MetricUpdate(msgspec.Struct, tag="mupd", array_like=True):
     ops: list[tuple[int, int, float]]
 
 
+class ModelLog(msgspec.Struct, tag="log", array_like=True):
+    """A line a model logged through pb_utils.Logger: the server logs it under its own log settings (level
+    flags, format, file), as Triton's stub sends every such line to the server. `level` is the Logger level
+    (0 INFO, 1 WARNING, 2 ERROR, 3 VERBOSE); file and line are the model's call site."""
+
+    level: int
+    message: str
+    file: str
+    line: int
+
+
+class ModelControl(msgspec.Struct, tag="mctl", array_like=True, omit_defaults=True):
+    """Model control from a model (pb_utils.load_model / unload_model / is_model_ready); answered by a
+    ModelControlReply. `op` is "load", "unload" or "ready"; `files` as a load request's file:<v>/<name>."""
+
+    id: int
+    op: str
+    model_name: str
+    config: str = ""
+    files: dict[str, bytes] = {}
+    unload_dependents: bool = False
+    model_version: str = ""
+
+
+class ModelControlReply(msgspec.Struct, tag="mctlreply", array_like=True, omit_defaults=True):
+    """The answer to a ModelControl: an error message ("" when it went well) and, for "ready", the readiness."""
+
+    reply_to: int
+    error: str = ""
+    ready: bool = False
+
+
 # MetricUpdate / MetricCall op codes
 METRIC_INCREMENT, METRIC_SET, METRIC_OBSERVE, METRIC_DELETE, METRIC_FAMILY_DELETE = 0, 1, 2, 3, 4
 
@@ -282,6 +314,9 @@ Message = (
     | MetricCall
     | MetricReply
     | MetricUpdate
+    | ModelLog
+    | ModelControl
+    | ModelControlReply
 )
 
 

@@ -25,6 +25,8 @@ from service.worker.channel import WorkerChannel
 from service.worker.pb_utils import triton_python_backend_utils as pb_utils
 from shm.tensor import DATATYPE_TO_NUMPY, raw_to_numpy
 
+_FIRST_CONTROL_ID = 2 << 40  # reply ids of model-control calls, apart from metric calls and any other user
+
 
 class _Call:
     """One BLS call in flight: the replies received so far and the future of the next one."""
@@ -46,6 +48,7 @@ class BlsClient:
         self._calls: dict[int, _Call] = {}
         self._calls_lock = threading.Lock()
         self._released: deque[int] = deque()  # input-arena blocks the model dropped (finalizers append here)
+        self._control_ids = itertools.count(_FIRST_CONTROL_ID)
 
     # ---- called by pb_utils ------------------------------------------------------------------------------
     def execute(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
@@ -73,6 +76,15 @@ class BlsClient:
         with call.lock:
             call.replies.appendleft(first)
         return pb_utils.ResponseIterator(self._iterate(call_id, call), lambda: self._cancel(call_id))
+
+    def control(self, message: ipc.ModelControl) -> ipc.ModelControlReply:
+        """Send a model-control request (load, unload, readiness) and wait for the server's answer."""
+        message.id = next(self._control_ids)
+        future: Future[Any] = Future()
+        self.channel.pending[message.id] = future
+        self.channel.send(message)
+        reply: ipc.ModelControlReply = self.channel.wait_for(future)
+        return reply
 
     def on_response(self, message: ipc.BlsResponse) -> None:
         """A reply arrived (called by whichever thread is reading the socket)."""

@@ -31,6 +31,7 @@ from service.worker.bls_client import BlsClient
 from service.worker.channel import OutputTooLarge, WorkerChannel
 from service.worker.metrics_client import ChannelMetricsSink
 from service.worker.pb_utils import metrics as pb_metrics
+from service.worker.pb_utils.hooks import runtime as pb_runtime
 from service.worker.placement import pin
 from shm.system import SegmentTruncated
 
@@ -348,6 +349,8 @@ def main() -> None:
             channel.send(ipc.Failed(f"model instance '{first.instance_name}': {e.strerror}"))
             return
         worker = Worker(channel, first)
+        # pb_utils.Logger lines go to the server, which logs them under its current settings
+        pb_runtime.log = lambda level, message, file, line: channel.send(ipc.ModelLog(level, message, file, line))
         pb_metrics.state.default = worker.metrics  # threads the model starts itself use it too
         if len(fds) > 1:
             CancelListener(socket.socket(fileno=fds[1]), worker.on_message)

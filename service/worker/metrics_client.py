@@ -1,8 +1,10 @@
 """Worker side of custom metrics: pb_utils' MetricFamily/Metric requests over the control channel.
 
 Requests that need an answer are ipc.MetricCall frames (the calling thread reads the socket itself while it
-waits, as BLS calls do); queued updates leave as one ipc.MetricUpdate after each batch, with the next call, or
-from a background flusher for updates made outside execute().
+waits, as BLS calls do). A value update leaves at once as an ipc.MetricUpdate (no reply awaited): it is in the
+server's socket before anything the model does next, so a model that reads /metrics right after its update sees
+it (the scrape yields to the loop once before rendering). Deletions made by garbage collection are queued and
+leave with the next frame, after each batch, or from a background flusher.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ class ChannelMetricsSink(MetricsSink):
         if reply.error:
             raise RuntimeError(reply.error)
         return reply
+
+    def update(self, op: int, handle: int, value: float) -> None:
+        """Send one value update now, after any queued operations (their order kept)."""
+        with self._send_lock:
+            self.channel.send(ipc.MetricUpdate([*self.take(), (op, handle, value)]))
 
     def flush(self) -> None:
         """Send the queued updates, if any."""

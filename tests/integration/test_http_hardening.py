@@ -191,7 +191,7 @@ def test_decompression_bomb_is_refused(server: ServerProcess) -> None:
     assert len(bomb) < 100_000
     headers = {**RAW, "Content-Encoding": "gzip"}
     r = requests.post(url(server, "zero_fp32"), data=bomb, headers=headers, timeout=60)
-    assert "Request JSON size exceeds the maximum allowed value of 1048576 bytes" in _error(r, 400)
+    assert "Decompressed data size exceeds the maximum allowed value of 1048576 bytes" in _error(r, 400)
     small = gzip.compress(np.arange(8, dtype=np.float32).tobytes())
     assert requests.post(url(server, "zero_fp32"), data=small, headers=headers, timeout=30).status_code == 200
     _still_serves(server)
@@ -249,3 +249,37 @@ def test_large_output_is_refused_as_json_but_sent_as_binary(server: ServerProces
 
 def test_server_log_has_no_traceback(server: ServerProcess, tmp_path: Path) -> None:
     assert "Traceback" not in server.log()
+
+
+@pytest.mark.parametrize("ready", ['"yes"', "1", "[" * 150 + "]" * 150])
+def test_repository_index_ready_must_be_a_boolean(server: ServerProcess, ready: str) -> None:
+    """Triton 2.73 parses the whole (small) body, then checks 'ready': its message comes before any depth limit."""
+    r = requests.post(f"http://{server.http_url}/v2/repository/index", data='{"ready": ' + ready + "}", timeout=30)
+    assert _error(r, 400) == "Invalid value for 'ready': expected a boolean"
+    deep = '{"ready": ' + "[" * 2000 + "]" * 2000 + "}"  # past what any parser takes: the depth limit answers
+    r = requests.post(f"http://{server.http_url}/v2/repository/index", data=deep, timeout=30)
+    assert "JSON nesting depth exceeds maximum allowed limit (100)" in _error(r, 400)
+    r = requests.post(f"http://{server.http_url}/v2/repository/index", data='{"ready": true}', timeout=30)
+    assert r.status_code == 200 and all(row["state"] == "READY" for row in r.json())
+
+
+def test_bytes_output_that_is_not_utf8_is_never_altered(server: ServerProcess) -> None:
+    """A BYTES output that is not UTF-8 asked for as JSON is an error that says how to get it (Triton writes the
+    raw bytes into JSON that no client parses; U+FFFD would be wrong data); as binary data it comes back intact."""
+    import tritonclient.http as httpclient
+
+    values = np.array([b"\xff\xfe raw", b"text"], dtype=np.object_)
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        inp = httpclient.InferInput("INPUT0", [2], "BYTES")
+        inp.set_data_from_numpy(values, binary_data=True)
+        as_json = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)]
+        with pytest.raises(httpclient.InferenceServerException) as e:
+            client.infer("zero_bytes", [inp], outputs=as_json)
+        assert str(e.value.status()) == "400"
+        assert e.value.message() == (
+            "output 'OUTPUT0' holds BYTES that are not valid UTF-8 (at byte 0 of an element) and cannot be returned "
+            "as JSON; request it as binary data (output parameter 'binary_data': true)"
+        )
+        as_binary = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
+        assert client.infer("zero_bytes", [inp], outputs=as_binary).as_numpy("OUTPUT0").tolist() == values.tolist()
+    _still_serves(server)

@@ -250,7 +250,11 @@ def test_max_input_size(server: ServerProcess) -> None:
     body = {"inputs": [{"name": "INPUT0", "shape": [1, big.size], "datatype": "FP32", "data": big.tolist()}]}
     r = requests.post(url(server, "/v2/models/identity_fp32_any/infer"), json=body, timeout=30)
     assert r.status_code == 400
-    assert "exceeds the maximum allowed value" in r.json()["error"] and "--http-max-input-size" in r.json()["error"]
+    size = len(json.dumps(body))  # requests sends json= compactly, as json.dumps does
+    assert r.json()["error"] == (
+        f"request JSON size of {size} bytes exceeds the maximum allowed input size of 1048576 bytes. "
+        "Use --http-max-input-size to increase the limit."
+    )
     # a gzip body that is small on the wire but large once decompressed is refused too
     r = requests.post(
         url(server, "/v2/models/identity_fp32_any/infer"),
@@ -258,7 +262,9 @@ def test_max_input_size(server: ServerProcess) -> None:
         headers={"Content-Encoding": "gzip"},
         timeout=30,
     )
-    assert r.status_code == 400 and "exceeds the maximum allowed value" in r.json()["error"]
+    assert r.status_code == 400 and r.json()["error"].startswith(
+        "Decompressed data size exceeds the maximum allowed value of 1048576 bytes."
+    )
 
 
 # ---- decoupled models and the generate extension ---------------------------------------------------------------

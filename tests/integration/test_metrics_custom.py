@@ -144,6 +144,47 @@ class TritonPythonModel:
 """
 
 
+# per request: update a counter, a gauge and a histogram, then scrape /metrics (URL in the input) from execute and
+# answer the three values the scrape showed: a model sees its own updates at once, as in Triton
+SELF_SCRAPE_MODEL = """
+import json
+import re
+import urllib.request
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+MF = pb_utils.MetricFamily
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model = args["model_name"]
+        labels = {"model": self.model}
+        self.families = [MF("self_seen", "updates", MF.COUNTER), MF("self_last", "last", MF.GAUGE)]
+        self.families.append(MF("self_hist", "hist", MF.HISTOGRAM))
+        self.count = self.families[0].Metric(labels=labels)
+        self.gauge = self.families[1].Metric(labels=labels)
+        self.hist = self.families[2].Metric(labels=labels, buckets=[1.0])
+
+    def read(self, text, name):
+        found = re.search(name + r'{model="' + self.model + r'"} (\\S+)', text)
+        return float(found.group(1)) if found else -1.0
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            url = pb_utils.get_input_tensor_by_name(request, "URL").as_numpy()[0].decode()
+            self.count.increment(1)
+            self.gauge.set(float(len(responses) + 41))
+            self.hist.observe(0.5)
+            text = urllib.request.urlopen(url, timeout=10).read().decode()
+            seen = [self.read(text, n) for n in ("self_seen", "self_last", "self_hist_count")]
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SEEN", np.array(seen, np.float64))]))
+        return responses
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("repo")
@@ -160,6 +201,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             parameters {{ key: "TRIREME_INSTANCE_MODE" value: {{ string_value: "{mode}" }} }}
             """,
             TRAFFIC_MODEL,
+        )
+        write_model(
+            repo,
+            f"self_scrape_{mode}",
+            f"""
+            name: "self_scrape_{mode}"
+            backend: "python"
+            input {{ name: "URL" data_type: TYPE_STRING dims: [ 1 ] }}
+            output {{ name: "SEEN" data_type: TYPE_FP64 dims: [ 3 ] }}
+            parameters {{ key: "TRIREME_INSTANCE_MODE" value: {{ string_value: "{mode}" }} }}
+            """,
+            SELF_SCRAPE_MODEL,
         )
     write_model(
         repo,
@@ -201,6 +254,17 @@ def test_model_metrics_follow_the_traffic(server: ServerProcess, model: str) -> 
     assert m.value("app_input_length_bucket", le="2.5", **labels) == 3
     assert m.value("app_input_length_bucket", le="5", **labels) == 4
     assert m.value("app_input_length_bucket", le="+Inf", **labels) == 6
+
+
+@pytest.mark.parametrize("mode", ["process", "in_process"])
+def test_a_model_sees_its_own_updates_at_once(server: ServerProcess, mode: str) -> None:
+    """The model updates its metrics and scrapes /metrics within the same request: the scrape holds them."""
+    with grpcclient.InferenceServerClient(server.url) as client:
+        url = grpcclient.InferInput("URL", [1], "BYTES")
+        url.set_data_from_numpy(np.array([server.metrics_url.encode()], dtype=np.object_))
+        for n in range(1, 6):
+            seen = client.infer(f"self_scrape_{mode}", [url]).as_numpy("SEEN")
+            assert seen is not None and seen.tolist() == [n, 41, n], (n, seen)
 
 
 def test_api_behaves_as_triton_python_backend(server: ServerProcess) -> None:

@@ -284,31 +284,33 @@ def test_unregister(registry: SharedMemoryRegistry, client_region: ClientRegion)
         registry.resolve("a", 0, 1)
 
 
-def test_unregister_in_flight_defers_unmap(registry: SharedMemoryRegistry, client_region: ClientRegion) -> None:
+def test_unregister_in_flight_waits_for_the_last_request(
+    registry: SharedMemoryRegistry, client_region: ClientRegion
+) -> None:
+    """Triton 2.73: unregistering a region in use succeeds and only marks it; status still lists it, new requests
+    may still use it, its name stays taken, and it goes when the last request holding it releases it."""
     key, handle = client_region(64)
     registry.register_system("r", key, 0, 64)
     resolved = registry.resolve("r", 0, 16)
     with registry.use(resolved):
         registry.unregister_system("r")
-        assert registry.system_status() == []
-        with pytest.raises(ShmError):
-            registry.resolve("r", 0, 16)
-        with expect("NOT_FOUND", "Unable to find shared memory region: 'r'"):
-            registry.acquire(resolved)
+        assert [r.name for r in registry.system_status()] == ["r"]
         assert mappings(key) == 2  # still mapped for the in-flight request
+        later = registry.resolve("r", 16, 16)  # a request that comes meanwhile still finds it
+        registry.acquire(later)
         tshm.set_shared_memory_region(handle, [np.arange(4, dtype=np.int32)])
         np.testing.assert_array_equal(registry.ndarray(resolved, "INT32", [4]), np.arange(4))
         registry.write(resolved, b"\x09")
-        # The name is free again at once; the new registration is a different region.
-        registry.register_system("r", key, 32, 32)
-        again = registry.resolve("r", 0, 4)
-        assert again.region_id != resolved.region_id
-        assert mappings(key) == 3
-    assert mappings(key) == 2
-    assert bytes(registry.read(again)) == b"\0\0\0\0"
+        with expect("ALREADY_EXISTS", "shared memory region 'r' already in manager"):
+            registry.register_system("r", key, 32, 32)
+    assert [r.name for r in registry.system_status()] == ["r"]  # the later request still holds it
+    registry.release(later)
+    assert registry.system_status() == []
+    assert mappings(key) == 1
     with expect("NOT_FOUND", "Unable to find shared memory region: 'r'"):
         registry.read(resolved)
     assert tshm.get_contents_as_numpy(handle, np.uint8, [1])[0] == 9
+    registry.register_system("r", key, 32, 32)  # the name is free once it went
 
 
 def test_reference_counting(registry: SharedMemoryRegistry, client_region: ClientRegion) -> None:

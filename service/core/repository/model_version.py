@@ -62,3 +62,4 @@ class ModelEntry:
     seen: ModelFiles | None = None  # the files at the last load attempt (poll mode reloads when they change)
     model_files: tuple[Any, ...] = ()  # files outside version folders (labels, ...) of the serving versions
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one load / unload of this model at a time
+    from_request: bool = False  # model_dir holds files a load request sent (ModelFileDirs), not a repository's

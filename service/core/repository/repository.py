@@ -112,29 +112,36 @@ class ModelRepository:
 
     # ---- load / reload ----------------------------------------------------------------------------------
     async def load(
-        self, name: str, config_override: mc.ModelConfig | None = None, found_path: str = ""
+        self, name: str, config_override: mc.ModelConfig | None = None, found_path: str = "", sent_dir: str = ""
     ) -> tuple[str, list[str]]:
         """(Re)load a model: returns (config error, version errors), "" and [] when it all went well.
 
-        Errors are also logged and recorded for RepositoryIndex.
+        Errors are also logged and recorded for RepositoryIndex. `sent_dir`: a directory of files the load
+        request carried, which the model serves from instead of its repository folder; a later load without one
+        reads the repository again.
 
         Versions that serve keep serving until their replacement is READY, and keep serving if it fails.
         """
         entry = self.models.get(name)
         if entry is None:
-            if not found_path:
-                found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
-                if name not in found:
-                    raise ServiceError(
-                        ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
-                    )
-                found_path = found[name]
-            entry = self.models.setdefault(name, ModelEntry(name, found_path))
+            if not (found_path or sent_dir):
+                found_path = await self._repository_path(name)
+            entry = self.models.setdefault(name, ModelEntry(name, found_path or sent_dir))
         async with entry.lock:
+            if sent_dir:
+                entry.model_dir, entry.from_request = sent_dir, True
+            elif entry.from_request:  # a load without files reads the repository again
+                entry.model_dir, entry.from_request = await self._repository_path(name), False
             try:
                 return await self._load_locked(entry, config_override)
             finally:
                 self.load_barrier.notify()
+
+    async def _repository_path(self, name: str) -> str:
+        found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
+        if name not in found:
+            raise ServiceError(ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository")
+        return found[name]
 
     async def _load_locked(self, entry: ModelEntry, override: mc.ModelConfig | None) -> tuple[str, list[str]]:
         loop = asyncio.get_running_loop()

@@ -180,25 +180,38 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             if request.repository_name:
                 raise ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
             config_json = ""
+            files: dict[str, bytes] = {}
             for key, value in request.parameters.items():
                 if key == "config":
                     if value.WhichOneof("parameter_choice") != "string_param":
                         raise ServiceError(ErrorCode.INVALID_ARG, "'config' parameter is expected to be a string")
                     config_json = value.string_param
                 elif key.startswith("file:"):
-                    raise ServiceError(
-                        ErrorCode.UNSUPPORTED, "loading model files through the request is not supported"
-                    )
+                    if value.WhichOneof("parameter_choice") != "bytes_param":
+                        raise ServiceError(
+                            ErrorCode.INVALID_ARG,
+                            f"invalid value type for load parameter '{key}', expected bytes_param.",
+                        )
+                    files[key] = value.bytes_param
                 else:
                     raise ServiceError(ErrorCode.INVALID_ARG, f"unrecognized load parameter '{key}'.")
-            await self.engine.load_model(request.model_name, config_json)
+            await self.engine.load_model(request.model_name, config_json, files)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> pb.RepositoryModelUnloadResponse:
         async with aborting(context):
             if request.repository_name:
                 raise ServiceError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
-            await self.engine.unload_model(request.model_name)
+            dependents = False
+            for key, value in request.parameters.items():
+                if key == "unload_dependents":
+                    if value.WhichOneof("parameter_choice") != "bool_param":
+                        raise ServiceError(
+                            ErrorCode.INVALID_ARG,
+                            "invalid value type for unload parameter 'unload_dependents', expected bool_param.",
+                        )
+                    dependents = value.bool_param
+            await self.engine.unload_model(request.model_name, dependents)
         return pb.RepositoryModelUnloadResponse()
 
     # ---- shared memory --------------------------------------------------------------------------------------

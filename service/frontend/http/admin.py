@@ -88,9 +88,9 @@ class AdminRoutes:
     # ---- repository -------------------------------------------------------------------------------------
     async def index(self, request: Request) -> Response:
         """[{"name", "version"?, "state"?, "reason"?}] for every (model, version) known; {"ready": true} filters."""
-        ready = (await self._body(request)).get("ready", False)
+        ready = (await read_json_object(request, self.max_input_size, depth_last=True)).get("ready", False)
         if not isinstance(ready, bool):
-            raise invalid_arg("Unable to parse 'ready': expected a boolean")
+            raise invalid_arg("Invalid value for 'ready': expected a boolean")
         rows = []
         for r in self.engine.repository_index(ready):
             row = {"name": r.name}
@@ -106,24 +106,31 @@ class AdminRoutes:
         if not isinstance(params, dict):
             raise invalid_arg("Unable to parse 'parameters': expected an object")
         config_json = ""
+        files: dict[str, bytes] = {}
         for key, value in params.items():
             if key == "config":
                 if not isinstance(value, str):
                     raise invalid_arg("'config' parameter is expected to be a string")
                 config_json = value
             elif key.startswith("file:"):
-                raise ServiceError(ErrorCode.UNSUPPORTED, "loading model files through the request is not supported")
+                if not isinstance(value, str):
+                    raise invalid_arg(f"Unable to parse '{key}': expected a base64-encoded string")
+                try:
+                    files[key] = base64.b64decode(value, validate=True)
+                except binascii.Error:
+                    raise invalid_arg(f"Unable to parse '{key}': invalid base64 content") from None
             else:
                 raise invalid_arg(f"unrecognized load parameter '{key}'.")
-        await self.engine.load_model(request.match_info["model"], config_json)
+        await self.engine.load_model(request.match_info["model"], config_json, files)
         return _OK()
 
     async def unload(self, request: Request) -> Response:
         """Unload every version of a model (explicit mode)."""
         params = (await self._body(request)).get("parameters") or {}
-        if not isinstance(params, dict) or not isinstance(params.get("unload_dependents", False), bool):
+        dependents = params.get("unload_dependents", False) if isinstance(params, dict) else None
+        if not isinstance(dependents, bool):
             raise invalid_arg("Unable to parse 'unload_dependents': expected a boolean")
-        await self.engine.unload_model(request.match_info["model"])
+        await self.engine.unload_model(request.match_info["model"], dependents)
         return _OK()
 
     async def named_repository(self, request: Request) -> Response:

@@ -340,9 +340,15 @@ def decode_raw(
 
 
 # ---- responses -----------------------------------------------------------------------------------------------
-def _json_data(datatype: str, data: bytes | memoryview, count: int) -> Any:
+def _json_data(name: str, datatype: str, data: bytes | memoryview, count: int) -> Any:
     if datatype == "BYTES":
-        return [b.decode("utf-8", "replace") for b in deserialize_bytes(data, count)]
+        try:
+            return [b.decode() for b in deserialize_bytes(data, count)]
+        except UnicodeDecodeError as e:  # JSON holds text: never alter the bytes (no U+FFFD), say how to get them
+            raise invalid_arg(
+                f"output '{name}' holds BYTES that are not valid UTF-8 (at byte {e.start} of an element) and cannot "
+                "be returned as JSON; request it as binary data (output parameter 'binary_data': true)"
+            ) from None
     dtype = DATATYPE_TO_NUMPY.get(datatype)
     if dtype is None:
         raise ServiceError(
@@ -379,7 +385,7 @@ def encode_response(resp: InferResponse, choice: OutputChoice) -> tuple[bytes, i
                     f"output '{o.name}' holds {len(data)} bytes, more than the {MAX_JSON_OUTPUT_BYTES} that can be "
                     "returned as JSON; request it as binary data (output parameter 'binary_data': true)"
                 )
-            entry["data"] = _json_data(o.datatype, data, element_count(o.shape))
+            entry["data"] = _json_data(o.name, o.datatype, data, element_count(o.shape))
         outputs.append(entry)
     out["outputs"] = outputs
     try:

@@ -118,7 +118,7 @@ def whole_body(request: Request, max_size: int) -> bytes | None:
         return None
     whole = body.whole()
     if whole is not None:
-        _check_size(len(whole), max_size)
+        _check_size(len(whole), max_size, False)
     return whole
 
 
@@ -132,13 +132,16 @@ async def read_body(request: Request, max_size: int) -> bytes:
     coding = _coding(request)
     inflate = _Inflate(coding) if coding else None
     body = request.body
+    declared = request.headers.get("Content-Length")
+    if inflate is None and declared is not None and declared.isdigit():
+        _check_size(int(declared), max_size, False)  # refused before its bytes are read
     parts: list[bytes] = []
     size = 0
     while (data := await body.read()) is not None:
         _check_chunks(body.chunks)
         for piece in inflate.feed(data) if inflate is not None else (data,):
             size += len(piece)
-            _check_size(size, max_size)
+            _check_size(size, max_size, inflate is not None)
             parts.append(piece)
     _check_chunks(body.chunks)
     return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -151,23 +154,38 @@ def _check_chunks(count: int) -> None:
         )
 
 
-def _check_size(size: int, max_size: int) -> None:
-    if size > max_size:  # counted after decompression: a gzip/deflate bomb stops here
+def _check_size(size: int, max_size: int, decompressed: bool) -> None:
+    """Triton 2.73's two messages: one for a body over the limit as sent, one for a body that grows past it while
+    it is decompressed (counted after decompression: a gzip/deflate bomb stops here)."""
+    if size <= max_size:
+        return
+    if decompressed:
         raise invalid_arg(
-            f"Request JSON size exceeds the maximum allowed value of {max_size} bytes. "
+            f"Decompressed data size exceeds the maximum allowed value of {max_size} bytes. "
             "Use --http-max-input-size to increase the limit."
         )
+    raise invalid_arg(
+        f"request JSON size of {size} bytes exceeds the maximum allowed input size of {max_size} bytes. "
+        "Use --http-max-input-size to increase the limit."
+    )
 
 
-async def read_json_object(request: Request, max_size: int) -> dict:
-    """The body as a JSON object ({} when empty); a body that does not parse is 400."""
+_SMALL_JSON = 64 << 10  # a body this small is parsed before its depth is checked (orjson stops at 1024 itself)
+
+
+async def read_json_object(request: Request, max_size: int, depth_last: bool = False) -> dict:
+    """The body as a JSON object ({} when empty); a body that does not parse is 400. With `depth_last` a small
+    body is parsed first and the nesting limit applies only where it does not parse (Triton's admin handlers
+    parse the whole body and then check the one value they read)."""
     raw = await read_body(request, max_size)
     if not raw.strip():
         return {}
-    check_json_depth(raw)
+    if not depth_last or len(raw) > _SMALL_JSON:
+        check_json_depth(raw)
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
+        check_json_depth(raw)
         raise invalid_arg(f"failed to parse the request JSON buffer: {e}") from None
     if not isinstance(value, dict):
         raise invalid_arg("the request body must be a JSON object")

@@ -33,3 +33,14 @@ class TritonError:
 
 class TritonModelException(Exception):
     """Raised by pb_utils calls that fail; a model may raise it too."""
+
+
+def incompatible_arguments(call: str, signature: str, args: tuple[object, ...]) -> TypeError:
+    """The TypeError Triton's pybind11-bound pb_utils raise for an argument of the wrong type (None included):
+    `call` is e.g. "__init__()" or "log()", `signature` the accepted form."""
+    kind = "constructor" if call == "__init__()" else "function"
+    invoked = ", ".join(repr(a) for a in args)
+    return TypeError(
+        f"{call}: incompatible {kind} arguments. The following argument types are supported:\n"
+        f"    1. {signature}\n\nInvoked with: {invoked}"
+    )

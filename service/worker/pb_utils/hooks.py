@@ -10,6 +10,9 @@ class _Runtime:
 
     model_dir: str = ""
     bls: Any = None
+    # log(level, message, file, line): hands a pb_utils.Logger line to the server (a worker process sets it);
+    # None: the line is logged in this process (in-process instances, tools that import pb_utils)
+    log: Any = None
 
 
 runtime = _Runtime()

@@ -37,8 +37,13 @@ class MetricsSink:
         raise RuntimeError("custom metrics are only available in a model loaded by the server")
 
     def post(self, op: int, handle: int, value: float) -> None:
-        """Queue one update (thread-safe, no lock: deque.append is atomic)."""
+        """Queue one operation (thread-safe, no lock: deque.append is atomic; safe from __del__)."""
         self.ops.append((op, handle, value))
+
+    def update(self, op: int, handle: int, value: float) -> None:
+        """A value update the model made: the server must hold it before the call returns (a model that reads
+        /metrics next sees it, as in Triton); a worker's sink sends it at once."""
+        self.post(op, handle, value)
 
     def take(self) -> list[tuple[int, int, float]]:
         """Remove and return the queued updates, oldest first."""
@@ -119,7 +124,7 @@ class Metric:
             raise _error("Failed to increment metric value: histogram metrics can only be observed")
         if self._kind == COUNTER and value < 0:
             raise _error("Failed to increment metric value: counter metrics cannot be decremented")
-        self._sink.post(_INCREMENT, self._handle, float(value))
+        self._sink.update(_INCREMENT, self._handle, float(value))
 
     def set(self, value: float) -> None:
         """Set a gauge."""
@@ -128,7 +133,7 @@ class Metric:
             raise _error(
                 f"Failed to set metric value: set is only supported by GAUGE metrics, not {_KIND_NAMES[self._kind]}"
             )
-        self._sink.post(_SET, self._handle, float(value))
+        self._sink.update(_SET, self._handle, float(value))
 
     def observe(self, value: float) -> None:
         """Record one observation of a histogram."""
@@ -138,7 +143,7 @@ class Metric:
                 f"Failed to observe metric value: observe is only supported by HISTOGRAM metrics, not "
                 f"{_KIND_NAMES[self._kind]}"
             )
-        self._sink.post(_OBSERVE, self._handle, float(value))
+        self._sink.update(_OBSERVE, self._handle, float(value))
 
     def value(self) -> float:
         """The current value, as the server holds it (every update made so far is applied first)."""

@@ -13,7 +13,7 @@ from service.worker.pb_utils.dtypes import (
     TRITONSERVER_REQUEST_RELEASE_ALL,
     TRITONSERVER_RESPONSE_COMPLETE_FINAL,
 )
-from service.worker.pb_utils.errors import TritonModelException
+from service.worker.pb_utils.errors import TritonModelException, incompatible_arguments
 from service.worker.pb_utils.hooks import runtime
 from service.worker.pb_utils.responses import InferenceResponse, _checked_parameters, _deliver
 from service.worker.pb_utils.tensor import Tensor
@@ -102,6 +102,33 @@ class InferenceResponseSender:
         return self._request.is_cancelled()
 
 
+_REQUEST_SIGNATURE = (
+    "triton_python_backend_utils.InferenceRequest(request_id: str = '', correlation_id: object = 0, *, "
+    "inputs: list[Tensor], requested_output_names: list[str], model_name: str, model_version: int = -1, "
+    "flags: int = 0, timeout: int = 0, preferred_memory: PreferredMemory = ..., trace: InferenceTrace = ..., "
+    "parameters: object = None)"
+)
+
+
+def _check_request_types(args: tuple[Any, ...], preferred_memory: Any, trace: Any) -> None:
+    """TypeError, as Triton's bindings raise it, for an argument of the wrong type (None where none is taken)."""
+    request_id, correlation_id, inputs, names, model_name, model_version, flags, timeout = args
+    ok = (
+        isinstance(request_id, str)
+        and correlation_id is not None
+        and isinstance(inputs, list | tuple)
+        and all(t is None or isinstance(t, Tensor) for t in inputs)
+        and isinstance(names, list | tuple | set)
+        and all(isinstance(n, str) for n in names)
+        and isinstance(model_name, str)
+        and all(isinstance(v, int) for v in (model_version, flags, timeout))
+        and (preferred_memory is None or isinstance(preferred_memory, PreferredMemory))
+        and (trace is None or isinstance(trace, InferenceTrace))
+    )
+    if not ok:
+        raise incompatible_arguments("__init__()", _REQUEST_SIGNATURE, args)
+
+
 class InferenceRequest:
     """A request given to execute(), or one a model builds to call another model (BLS)."""
 
@@ -109,9 +136,9 @@ class InferenceRequest:
         self,
         request_id: str = "",
         correlation_id: int | str = 0,
-        inputs: list[Tensor] | None = None,
-        requested_output_names: list[str] | None = None,
-        model_name: str = "",
+        inputs: list[Tensor] | None = None,  # required, as Triton's (None: TypeError)
+        requested_output_names: list[str] | None = None,  # required
+        model_name: str | None = None,  # required
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -119,10 +146,26 @@ class InferenceRequest:
         trace: InferenceTrace | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
+        args = (request_id, correlation_id, inputs, requested_output_names, model_name, model_version, flags, timeout)
+        _check_request_types(args, preferred_memory, trace)
+        assert inputs is not None and requested_output_names is not None and model_name is not None
+        if not isinstance(correlation_id, int | str):
+            raise TritonModelException("Correlation ID must be integer or string")
+        for tensor in inputs:
+            if tensor is None:
+                raise TritonModelException(
+                    f"Input tensor for request with id '{request_id}' and model name '{model_name}' should not be "
+                    "empty."
+                )
+        if "" in requested_output_names:
+            raise TritonModelException(
+                f"Requested output name for request with id '{request_id}' and model name '{model_name}' should "
+                "not be empty."
+            )
         self._request_id = request_id
         self._correlation_id = correlation_id
-        self._inputs = list(inputs or [])
-        self._requested = list(requested_output_names or [])
+        self._inputs = list(inputs)
+        self._requested = list(requested_output_names)
         self._model_name = model_name
         self._model_version = model_version
         self._flags = flags

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from service.worker.pb_utils.errors import TritonError, TritonModelException
+from service.worker.pb_utils.errors import TritonError, TritonModelException, incompatible_arguments
 from service.worker.pb_utils.tensor import Tensor
 
 
@@ -25,16 +26,34 @@ def _checked_parameters(parameters: Any) -> dict[str, Any]:
     return dict(parameters)
 
 
+_SIGNATURE = (
+    "triton_python_backend_utils.InferenceResponse(output_tensors: list[Tensor] = [], error: TritonError = None, "
+    "parameters: object = None)"
+)
+
+
+def _check_output(tensor: object, args: tuple[object, ...]) -> None:
+    if tensor is None:
+        raise TritonModelException("Output tensor for inference response should not be empty.")
+    if not isinstance(tensor, Tensor):
+        raise incompatible_arguments("__init__()", _SIGNATURE, args)
+
+
 class InferenceResponse:
     """A model's answer to one request: output tensors, or an error."""
 
     def __init__(
         self,
-        output_tensors: list[Tensor] | None = None,
+        output_tensors: Sequence[Tensor] = (),
         error: TritonError | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
-        self._outputs = list(output_tensors or [])
+        if output_tensors is None or isinstance(output_tensors, str):
+            raise incompatible_arguments("__init__()", _SIGNATURE, (output_tensors, error, parameters))
+        self._outputs = outputs = list(output_tensors)
+        for t in outputs:  # runs per response: a class check per tensor
+            if t.__class__ is not Tensor:
+                _check_output(t, (output_tensors, error, parameters))
         self._error = error
         self._parameters = {} if parameters is None else _checked_parameters(parameters)
 

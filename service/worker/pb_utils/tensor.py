@@ -7,7 +7,9 @@ from typing import Any
 import numpy as np
 
 from service.worker.pb_utils.dtypes import numpy_to_triton_type
-from service.worker.pb_utils.errors import TritonModelException
+from service.worker.pb_utils.errors import TritonModelException, incompatible_arguments
+
+_SIGNATURE = "triton_python_backend_utils.Tensor(name: str, data: numpy.ndarray)"
 
 
 class _Capsule:
@@ -27,6 +29,8 @@ class Tensor:
     """A named tensor; CPU tensors are numpy arrays (views over shared memory for request inputs)."""
 
     def __init__(self, name: str, data: Any, *_: Any) -> None:
+        if type(name) is not str or data is None:  # Triton's argument check comes before the name's
+            raise incompatible_arguments("__init__()", _SIGNATURE, (name, data))
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         if isinstance(data, Tensor):
@@ -80,7 +84,19 @@ class Tensor:
     @staticmethod
     def from_dlpack(name: str, capsule: Any) -> Tensor:
         """A Tensor from a DLPack capsule or any object with __dlpack__ (C-contiguous CPU data)."""
-        source = capsule if hasattr(capsule, "__dlpack__") else _Capsule(capsule)
+        if not isinstance(name, str):
+            raise incompatible_arguments("from_dlpack()", "(name: str, tensor: object) -> Tensor", (name, capsule))
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if hasattr(capsule, "__dlpack__") and hasattr(capsule, "__dlpack_device__"):
+            source = capsule
+        elif type(capsule).__name__ == "PyCapsule":
+            source = _Capsule(capsule)
+        else:
+            raise TritonModelException(
+                "Provided tensor is not supported. Tensor must be a DLPack capsule or have `__dlpack__` and "
+                "`__dlpack_device__` attributes"
+            )
         array = np.from_dlpack(source)
         if not array.flags.c_contiguous:
             raise TritonModelException("DLPack tensor is not contiguous. Only contiguous DLPack tensors are supported")
