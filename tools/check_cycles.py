@@ -1,4 +1,4 @@
-"""Fail when modules of service/, shm/ or load/ import each other in a circle (docs/architecture.md).
+"""Fail when modules of service/, shm/, load/ or trireme/ import each other in a circle (docs/architecture.md).
 
 Every import counts: module level, inside functions, and under TYPE_CHECKING (a circle of type-only imports is
 still two modules that cannot be understood apart). Uses grimp, which import-linter installs.
@@ -12,7 +12,7 @@ import sys
 
 import grimp
 
-PACKAGES = ("service", "shm", "load")
+PACKAGES = ("service", "shm", "load", "trireme")
 
 
 def strongly_connected(graph: grimp.ImportGraph) -> list[list[str]]:

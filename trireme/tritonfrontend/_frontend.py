@@ -20,9 +20,7 @@ class Frontend:
             options = self.Options()
         if not isinstance(options, self.Options):
             name = type(self).__name__
-            raise InvalidArgumentError(
-                f"Incorrect type for options. options argument must be of type {name}.Options"
-            )
+            raise InvalidArgumentError(f"Incorrect type for options. options argument must be of type {name}.Options")
         self._runtime: CoreRuntime = server._ptr()
         self.options = options
         self.port = 0
@@ -43,7 +41,9 @@ class Frontend:
         try:
             self._listener, self.port = self._runtime.run(self._start(self._runtime))
         except OSError as e:
-            raise UnavailableError(f"failed to start {self._kind} at {self.options.address}:{self.options.port}: {e}") from None
+            raise UnavailableError(
+                f"failed to start {self._kind} at {self.options.address}:{self.options.port}: {e}"
+            ) from None
         self._runtime.add_closer(self._close)
 
     async def _close(self) -> None:

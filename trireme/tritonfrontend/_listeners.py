@@ -25,7 +25,9 @@ def _check(options: Any, **bounds: tuple[int, int | None]) -> None:
         value = getattr(options, name)
         if not isinstance(value, int) or value < low or (high is not None and value > high):
             upper = f" and <= {high}" if high is not None else ""
-            raise InvalidArgumentError(f"{type(options).__qualname__}.{name} must be an int >= {low}{upper}, not {value!r}")
+            raise InvalidArgumentError(
+                f"{type(options).__qualname__}.{name} must be an int >= {low}{upper}, not {value!r}"
+            )
 
 
 class KServeHttp(Frontend):
@@ -62,7 +64,7 @@ class KServeHttp(Frontend):
         await listener.stop()
 
 
-class Grpc_compression_level(IntEnum):  # noqa: N801 (Triton's name)
+class Grpc_compression_level(IntEnum):
     NONE = 0
     LOW = 1
     MED = 2

@@ -5,27 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import queue
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from service.core.repository.model_config import to_json_dict
 from service.errors import ServiceError
 from service.frontend.http.admin import stats_json
 from service.types import InferResponse
+from trireme._core.runtime import CoreRuntime
 from trireme.tritonserver._enums import ModelBatchFlag, ModelTxnPropertyFlag
 from trireme.tritonserver._errors import InvalidArgumentError, from_service
 from trireme.tritonserver._request import InferenceRequest
 from trireme.tritonserver._response import AsyncResponseIterator, InferenceResponse, ResponseIterator
-
-if TYPE_CHECKING:
-    from trireme._core.runtime import CoreRuntime
-    from trireme.tritonserver._server import Server
 
 
 class Model:
     """A model of a started server (validated when used, as in Triton)."""
 
     def __init__(
-        self, server: Server, name: str, version: int = -1, state: str | None = None, reason: str | None = None
+        self, server: Any, name: str, version: int = -1, state: str | None = None, reason: str | None = None
     ) -> None:
         self._runtime: CoreRuntime = server._running()
         self.name = name

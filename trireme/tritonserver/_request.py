@@ -5,14 +5,11 @@ from __future__ import annotations
 import asyncio
 import queue
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from service.types import InferRequest, InputTensor
 from trireme.tritonserver._errors import InvalidArgumentError
 from trireme.tritonserver._tensor import Tensor
-
-if TYPE_CHECKING:
-    from trireme.tritonserver._model import Model
 
 
 @dataclass
@@ -20,7 +17,7 @@ class InferenceRequest:
     """One inference request: inputs by name (Tensor, numpy array, list or DLPack object), Triton's request
     fields (`timeout` in microseconds) and parameters."""
 
-    model: Model
+    model: Any  # the trireme.tritonserver.Model (not imported: it imports this module)
     request_id: str | None = None
     flags: int = 0
     correlation_id: int | str | None = None

@@ -5,21 +5,18 @@ from __future__ import annotations
 import asyncio
 import queue
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from service.types import InferResponse
 from trireme.tritonserver._errors import TritonError, from_service
 from trireme.tritonserver._tensor import Tensor
-
-if TYPE_CHECKING:
-    from trireme.tritonserver._model import Model
 
 
 @dataclass
 class InferenceResponse:
     """One response: outputs by name as Tensors, or an error; `final` marks a request's last response."""
 
-    model: Model
+    model: Any  # the trireme.tritonserver.Model (not imported: it imports this module)
     request_id: str | None = None
     parameters: dict[str, str | int | bool] = field(default_factory=dict)
     outputs: dict[str, Tensor] = field(default_factory=dict)
@@ -28,7 +25,7 @@ class InferenceResponse:
     final: bool = False
 
     @staticmethod
-    def _from_core(model: Model, response: InferResponse) -> InferenceResponse:
+    def _from_core(model: Any, response: InferResponse) -> InferenceResponse:
         outputs = {}
         for out in response.outputs:
             data = out.data
@@ -49,7 +46,7 @@ class InferenceResponse:
 class _Iterator:
     """What both iterators share: the request to cancel, and how a response is judged."""
 
-    def __init__(self, model: Model, cancel: Any, raise_on_error: bool) -> None:
+    def __init__(self, model: Any, cancel: Any, raise_on_error: bool) -> None:
         self._model = model
         self._cancel = cancel
         self._raise_on_error = raise_on_error
@@ -71,7 +68,7 @@ class _Iterator:
 class ResponseIterator(_Iterator):
     """Blocking iterator over a request's responses (`for response in model.infer(...)`)."""
 
-    def __init__(self, model: Model, responses: queue.SimpleQueue, cancel: Any, raise_on_error: bool) -> None:
+    def __init__(self, model: Any, responses: queue.SimpleQueue, cancel: Any, raise_on_error: bool) -> None:
         super().__init__(model, cancel, raise_on_error)
         self._queue = responses
 
@@ -87,7 +84,7 @@ class ResponseIterator(_Iterator):
 class AsyncResponseIterator(_Iterator):
     """asyncio iterator over a request's responses (`async for response in model.async_infer(...)`)."""
 
-    def __init__(self, model: Model, responses: asyncio.Queue, cancel: Any, raise_on_error: bool) -> None:
+    def __init__(self, model: Any, responses: asyncio.Queue, cancel: Any, raise_on_error: bool) -> None:
         super().__init__(model, cancel, raise_on_error)
         self._queue = responses
 

@@ -54,7 +54,9 @@ class Server:
     def _after_start(self) -> None:
         """Called once the core runs (trireme.Server loads its bound functions here)."""
 
-    def start(self, wait_until_ready: bool = False, polling_interval: float = 0.1, timeout: float | None = None) -> Server:
+    def start(
+        self, wait_until_ready: bool = False, polling_interval: float = 0.1, timeout: float | None = None
+    ) -> Server:
         """Start the server and load the models its control mode asks for."""
         if self._runtime is not None:
             raise InvalidArgumentError("Server already started")

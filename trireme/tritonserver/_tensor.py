@@ -147,7 +147,7 @@ class Tensor:
         raise InvalidArgumentError(f"Input type {type(obj)} not supported. Must be one of {Tensor._SUPPORTED}")
 
     @staticmethod
-    def _from_raw(datatype: str, shape: Sequence[int], data: bytes | memoryview) -> Tensor:
+    def _from_raw(datatype: str, shape: Sequence[int], data: bytes | bytearray | memoryview) -> Tensor:
         """A response output's wire bytes as a Tensor (no copy of fixed-size types)."""
         if datatype == "BYTES":
             array = np.frombuffer(data, dtype=np.uint8)
