@@ -2,7 +2,7 @@
 
 Every import counts: module level, inside functions, and under TYPE_CHECKING (a circle of type-only imports is
 still two modules that cannot be understood apart). Uses grimp, which import-linter installs.
-Usage: python tools/check_cycles.py [package ...]   (default: service shm load); exit 1 when a circle exists.
+Usage: python tools/check_cycles.py [package ...]   (default: service shm load trireme); exit 1 when a circle exists.
 """
 
 from __future__ import annotations
