@@ -7,12 +7,18 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
+import shutil
+import signal
+import subprocess
 import sys
 import threading
+import time
 import types
 import urllib.request
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +29,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 import trireme
-from tests.conftest import worker_children
+from tests.conftest import ROOT, free_port, worker_children
 from tests.integration import python_api_models as fns
 from trireme import DynamicBatcher, ModelConfig, Tensor
 from trireme.tritonserver import AlreadyExistsError, InvalidArgumentError
@@ -281,3 +287,44 @@ def test_with_server_inside_a_running_event_loop() -> None:
     _notebook_cell(result)
     assert result == {"sync": [2.0, 2.0], "async": [[2.0]]}
     assert set(worker_children(os.getpid())) - before == set()
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_readme_serve_a_function_runs_as_written(tmp_path: Path) -> None:
+    """The README's "Serve a Python function" example, as written (ports moved to free ones), then its curl."""
+    text = (ROOT / "README.md").read_text().split("## Serve a Python function\n", 1)[1].split("\n## ", 1)[0]
+    (snippet,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    (curl,) = re.findall(r"```bash\n(.*?)```", text, re.S)
+    assert len([line for line in snippet.splitlines() if line.strip()]) == 5
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    assert "trireme.Server()" in snippet and "localhost:8000" in curl
+    snippet = snippet.replace(
+        "trireme.Server()", f"trireme.Server(http_port={http}, grpc_port={grpc}, metrics_port={metrics})"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = (tmp_path / "out.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-c", snippet], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.log").read_text()
+            try:
+                if client.is_model_ready("double"):
+                    break
+            except Exception:  # not listening yet
+                pass
+            time.sleep(0.2)
+        client.close()
+        sh = subprocess.run(
+            ["bash", "-c", curl.replace("localhost:8000", f"localhost:{http}")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert '"name":"y","datatype":"FP32","shape":[1,3],"data":[2.0,4.0,6.0]' in sh.stdout, sh.stdout + sh.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: serve() returns after stopping the server
+        rc = proc.wait(90)
+        log.close()
+    assert rc == 0, (tmp_path / "out.log").read_text()
