@@ -26,6 +26,7 @@ _LAZY = {
     "Tensor": "trireme.bind.spec",
     "ModelConfig": "trireme.bind.spec",
     "DynamicBatcher": "trireme.bind.spec",
+    "TritonConfig": "trireme.bind.spec",
     "batch": "trireme.bind.decorators",
     "tritonserver": "trireme.tritonserver",
     "tritonfrontend": "trireme.tritonfrontend",

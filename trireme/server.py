@@ -24,7 +24,9 @@ class Server(TritonServer):
     """An in-process server with front ends and bound functions.
 
     Ports: an int listens there (0 picks a free port, read back from `http_port` & co. once started), None
-    leaves that front end off. Other keywords are tritonserver.Options fields (a model repository is optional).
+    leaves that front end off. Other keywords are tritonserver.Options fields (a model repository is optional);
+    `config`: an object with PyTriton's TritonConfig fields http_port, grpc_port, metrics_port, http_address and
+    model_repository (the others are not used).
     """
 
     def __init__(
@@ -36,8 +38,15 @@ class Server(TritonServer):
         metrics_port: int | None = 8002,
         openai_port: int | None = None,
         address: str = "0.0.0.0",
+        config: Any = None,
         **kwargs: Any,
     ) -> None:
+        if config is not None:  # PyTriton's Triton(config=TritonConfig(...)): its ports, address and repository
+            ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
+            http_port, grpc_port, metrics_port = (getattr(config, k, None) or v for k, v in ports.items())
+            address = getattr(config, "http_address", None) or address
+            if getattr(config, "model_repository", None):
+                kwargs.setdefault("model_repository", str(config.model_repository))
         super().__init__(options, **kwargs)
         self.address = address
         self._ports: dict[str, int | None] = {

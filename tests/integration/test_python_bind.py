@@ -328,3 +328,28 @@ def test_readme_serve_a_function_runs_as_written(tmp_path: Path) -> None:
         rc = proc.wait(90)
         log.close()
     assert rc == 0, (tmp_path / "out.log").read_text()
+
+
+def test_pytriton_code_with_only_the_import_line_changed() -> None:
+    """PyTriton's quick-start shape: `from trireme import ...` instead of pytriton's three imports."""
+    from trireme import ModelConfig, Tensor, TritonConfig, batch
+    from trireme import Server as Triton
+
+    @batch
+    def infer_fn(**inputs: np.ndarray) -> list[np.ndarray]:
+        (input1_batch,) = inputs.values()
+        return [input1_batch * 2.0 + 1.0]
+
+    port = free_port()
+    with Triton(config=TritonConfig(http_port=port, grpc_port=free_port(), metrics_port=free_port())) as triton:
+        triton.bind(
+            model_name="Linear",
+            infer_func=infer_fn,
+            inputs=[Tensor(dtype=np.float32, shape=(-1,))],
+            outputs=[Tensor(dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(max_batch_size=128),
+        )
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        result = client.infer("Linear", [http_input("INPUT_1", np.ones((2, 2), F32))])
+        assert result.as_numpy("OUTPUT_1").tolist() == [[3.0, 3.0], [3.0, 3.0]]
+        client.close()

@@ -3,6 +3,7 @@ LoopThread, and the front ends started around it from Python (tritonfrontend).""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import logging
@@ -67,6 +68,7 @@ class CoreRuntime:
         except BaseException:
             self.stop()
             raise
+        atexit.register(self.stop)  # a server left running (a notebook kernel shutting down) still stops in order
         if not ok:
             failed = [f"{r.name}: {r.reason}" for r in self.engine.repository_index() if r.state not in ("READY", "")]
             self.stop()
@@ -85,6 +87,7 @@ class CoreRuntime:
         core, self.core = self.core, None
         if core is None:
             return
+        atexit.unregister(self.stop)
         closers, self._closers = self._closers, []
 
         async def shutdown() -> None:

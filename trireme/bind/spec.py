@@ -135,3 +135,14 @@ def config_text(
     for key, value in parameters.items():
         lines.append(f"parameters {{ key: {json.dumps(key)} value {{ string_value: {json.dumps(value)} }} }}")
     return "\n".join(lines) + "\n"
+
+
+@dataclasses.dataclass
+class TritonConfig:
+    """PyTriton's server settings that trireme.Server(config=...) uses (None: trireme.Server's default)."""
+
+    http_address: str | None = None
+    http_port: int | None = None
+    grpc_port: int | None = None
+    metrics_port: int | None = None
+    model_repository: str | None = None
