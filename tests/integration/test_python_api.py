@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -141,6 +142,13 @@ def test_frontends_serve_real_clients(server: tritonserver.Server) -> None:
         tritonfrontend.KServeHttp(server, tritonfrontend.KServeGrpc.Options())  # type: ignore[arg-type]
     with pytest.raises(tritonserver.InvalidArgumentError, match="port"):
         tritonfrontend.KServeHttp.Options(port=70000)
+    with socket.socket() as taken:  # a port in use: Triton's UnavailableError, and the server goes on
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = tritonfrontend.KServeGrpc.Options(address="127.0.0.1", port=taken.getsockname()[1])
+        with pytest.raises(tritonserver.UnavailableError, match="failed to start GRPC service"):
+            tritonfrontend.KServeGrpc(server, busy).start()
+    assert server.ready()
 
 
 def test_stop_leaves_no_process_or_segment_and_servers_coexist() -> None:

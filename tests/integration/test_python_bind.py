@@ -258,6 +258,7 @@ def test_lifecycle_errors_and_nothing_left_behind() -> None:
         assert np.from_dlpack(r.outputs["OUTPUT_1"]).tolist() == [[3.0, 3.0]]
         assert set(worker_children(os.getpid())) - before
     assert set(worker_children(os.getpid())) - before == set()
+    assert not os.path.exists(s._root)  # the bound models' folders are gone too
     with pytest.raises(InvalidArgumentError, match="stopped"):
         s.start()
     with pytest.raises(InvalidArgumentError, match="stopped"):
