@@ -97,6 +97,16 @@ def test_async_iterator_streams_a_decoupled_model(server: tritonserver.Server) -
     assert "".join(words).split() == ["one", "two", "three"]
 
 
+def test_cancel_ends_a_stream_early(server: tritonserver.Server) -> None:
+    prompt = np.array([[(" w" * 300).encode()]], np.object_)
+    responses = server.model("mock_llm").infer(inputs={"text_input": prompt, "stream": np.array([[True]])})
+    first = next(responses)
+    assert not first.final
+    responses.cancel()
+    rest = list(responses)  # what was on its way, then the final flag: not the 300 words
+    assert rest and rest[-1].final and len(rest) < 250
+
+
 def test_frontends_serve_real_clients(server: tritonserver.Server) -> None:
     http_opts = tritonfrontend.KServeHttp.Options(address="127.0.0.1", port=0)
     grpc_opts = tritonfrontend.KServeGrpc.Options(address="127.0.0.1", port=0)
