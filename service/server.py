@@ -143,6 +143,39 @@ class Server:
         # TLS files are checked before the models load: a wrong path fails at once, naming its flag (OSError)
         server_credentials(self.config.grpc)
         ssl_context(self.config.http_tls)
+        if not await self.load_models():
+            return False
+        if self.config.allow_metrics:  # listening before the gRPC banner: whoever waits for it can scrape
+            await self._start_metrics()
+        if self.config.frontend_processes > 1:  # the front ends run in their own processes over this core
+            self.frontends = Frontends(self.config, self.engine, self.config.argv)
+            await self.frontends.start()
+            self.grpc_port, http_port = self.frontends.grpc_port, self.frontends.http_port
+        else:
+            self.grpc_server, self.grpc_port = build_grpc_server(
+                self.engine, f"{self.config.grpc_address}:{self.config.grpc_port}", self.config.grpc
+            )
+            await self.grpc_server.start()
+            http_port = await self._start_http()
+        openai_port = await self._start_openai()
+        if self.config.model_control_mode == "poll":
+            if self.config.repository_poll_secs > 0:
+                self.poller = RepositoryPoller(self.repository, self.config.repository_poll_secs)
+                self.poller.start()
+            else:
+                log.warning("--repository-poll-secs is 0: the model repository is not polled")
+        print(f"Started GRPCInferenceService at {self.config.grpc_address}:{self.grpc_port}", flush=True)
+        if http_port:
+            print(f"Started HTTPService at {self.config.http_address}:{http_port}", flush=True)
+        if self.openai is not None:
+            print(f"Started OpenAI-compatible API at {self.config.openai.address}:{openai_port}", flush=True)
+        if self.metrics is not None:
+            print(f"Started Metrics Service at {self.metrics_address}:{self.metrics.port}", flush=True)
+        return True
+
+    async def load_models(self) -> bool:
+        """Scan the repositories and load the models the control mode asks for, starting no front end (start()
+        and the Python API, trireme/, call it); False when a model failed and exit-on-error is set."""
         removed = remove_stale_segments()
         if removed:
             log.info("removed %d stale shared-memory segments of exited Trireme processes", removed)
@@ -179,32 +212,6 @@ class Server:
                 len(failed),
             )
             return False
-        if self.config.allow_metrics:  # listening before the gRPC banner: whoever waits for it can scrape
-            await self._start_metrics()
-        if self.config.frontend_processes > 1:  # the front ends run in their own processes over this core
-            self.frontends = Frontends(self.config, self.engine, self.config.argv)
-            await self.frontends.start()
-            self.grpc_port, http_port = self.frontends.grpc_port, self.frontends.http_port
-        else:
-            self.grpc_server, self.grpc_port = build_grpc_server(
-                self.engine, f"{self.config.grpc_address}:{self.config.grpc_port}", self.config.grpc
-            )
-            await self.grpc_server.start()
-            http_port = await self._start_http()
-        openai_port = await self._start_openai()
-        if self.config.model_control_mode == "poll":
-            if self.config.repository_poll_secs > 0:
-                self.poller = RepositoryPoller(self.repository, self.config.repository_poll_secs)
-                self.poller.start()
-            else:
-                log.warning("--repository-poll-secs is 0: the model repository is not polled")
-        print(f"Started GRPCInferenceService at {self.config.grpc_address}:{self.grpc_port}", flush=True)
-        if http_port:
-            print(f"Started HTTPService at {self.config.http_address}:{http_port}", flush=True)
-        if self.openai is not None:
-            print(f"Started OpenAI-compatible API at {self.config.openai.address}:{openai_port}", flush=True)
-        if self.metrics is not None:
-            print(f"Started Metrics Service at {self.metrics_address}:{self.metrics.port}", flush=True)
         return True
 
     async def _start_http(self) -> int:

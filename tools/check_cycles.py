@@ -1,8 +1,8 @@
-"""Fail when modules of service/, shm/ or load/ import each other in a circle (docs/architecture.md).
+"""Fail when modules of service/, shm/, load/ or trireme/ import each other in a circle (docs/architecture.md).
 
 Every import counts: module level, inside functions, and under TYPE_CHECKING (a circle of type-only imports is
 still two modules that cannot be understood apart). Uses grimp, which import-linter installs.
-Usage: python tools/check_cycles.py [package ...]   (default: service shm load); exit 1 when a circle exists.
+Usage: python tools/check_cycles.py [package ...]   (default: service shm load trireme); exit 1 when a circle exists.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 import grimp
 
-PACKAGES = ("service", "shm", "load")
+PACKAGES = ("service", "shm", "load", "trireme")
 
 
 def strongly_connected(graph: grimp.ImportGraph) -> list[list[str]]:
