@@ -115,3 +115,6 @@ class InferRequest:
     cancelled: bool = False
     stamps: list[tuple[str, int]] | None = None  # stage timestamps, only when TRIREME_STAGE_TRACE is set
     trace: Any = None  # service.core.observability.tracer.Trace when this request is traced (--trace-config)
+    # set by a scheduler that takes requests back (iterative sequences): called instead of a final response when
+    # the model released the request for rescheduling
+    on_reschedule: Callable[[InferRequest], None] | None = None

@@ -78,6 +78,24 @@ class FrameDispatch:
             else:
                 log.warning("unexpected message %s from worker %s", type(message).__name__, self.spec.instance_name)
 
+    def _on_reschedule(self, req: Any) -> None:
+        """The model released the request for rescheduling: its scheduler takes it back, or (a model that is no
+        iterative sequence) it ends with Triton's error."""
+        if req.on_reschedule is not None:
+            req.on_reschedule(req)
+        elif req.on_response is not None:
+            message = (
+                "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+                "configured to handle such a flag."
+            )
+            req.on_response(
+                InferResponse(
+                    req.model_name, req.model_version, req.id, error=ServiceError(ErrorCode.INVALID_ARG, message)
+                )
+            )
+        if self._idle is not None:
+            self._check_idle()
+
     def _on_exec_done(self, message: ipc.ExecDone) -> None:
         _rids, on_done = self.batches.pop(message.batch_id, ([], None))
         if on_done is not None:
@@ -97,6 +115,9 @@ class FrameDispatch:
             if rec.arena_offsets and self.in_alloc is not None:
                 for off in rec.arena_offsets:
                     self.in_alloc.free(off)
+            if msg.reschedule:
+                self._on_reschedule(req)
+                return
         # one constructor call per case (not a default object patched field by field)
         if msg.error_code >= 0:
             resp = InferResponse(

@@ -166,6 +166,8 @@ class Respond(msgspec.Struct, tag="resp", array_like=True, omit_defaults=True, g
     model_error: bool = False
     # the batch's ExecDone riding in its last response (one frame less per batch; see with_done)
     done: ExecDone | None = None
+    # the model released the request for rescheduling (a final with nothing in it): it runs again later
+    reschedule: bool = False
 
 
 class ExecDone(msgspec.Struct, tag="done", array_like=True, omit_defaults=True, gc=False):

@@ -280,6 +280,8 @@ class Worker:
         msg = ipc.Respond(
             req.rid, encoded, parameters or {}, code, text, final, null, model_error and error is not None
         )
+        if null and req.rescheduled:
+            msg.reschedule = True
         req.responses_sent += 1
         if final:
             req.closed = True

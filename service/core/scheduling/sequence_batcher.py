@@ -12,9 +12,11 @@ the slots of sequences not heard from for `max_sequence_idle_microseconds`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import OrderedDict, deque
+from functools import partial
 from typing import Any
 
 from protos import model_config_pb2 as mc
@@ -72,6 +74,10 @@ class SequenceBatcher(InstanceScheduler):
         self.states = build_states(config, model_dir)
         self.output_names = [o.name for o in config.output]
         self.idle_ns = (sb.max_sequence_idle_microseconds or 1_000_000) * 1000
+        # iterative sequences (Triton's IterativeSequencer): a request without a correlation ID is a sequence of
+        # its own, a request the model releases for rescheduling runs again in it, and its final ends it
+        self.iterative = sb.iterative_sequence
+        self._own_ids = itertools.count(1 << 62)  # far from the IDs clients choose
         if self.oldest:
             slots = sb.oldest.max_candidate_sequences or max(1, config.max_batch_size)
             self.preferred = sorted(set(sb.oldest.preferred_batch_size))
@@ -91,7 +97,10 @@ class SequenceBatcher(InstanceScheduler):
     # ---- admission --------------------------------------------------------------------------------------
     def enqueue(self, request: InferRequest) -> None:
         sid = request.sequence_id
-        if sid == 0 or sid == "":
+        if (sid == 0 or sid == "") and self.iterative:
+            request.sequence_id = sid = next(self._own_ids)
+            request.flags |= FLAG_SEQUENCE_START
+        elif sid == 0 or sid == "":
             raise ServiceError(
                 ErrorCode.INVALID_ARG,
                 _prefix(request) + f"inference request to model '{self.model_name}' must specify a non-zero or "
@@ -284,6 +293,8 @@ class SequenceBatcher(InstanceScheduler):
             if not request.outputs:
                 request.outputs = [RequestedOutput(n) for n in self.output_names]
             request.outputs = request.outputs + [RequestedOutput(s.output_name) for s in state.specs]
+        if self.iterative:  # what it is taken back with when the model reschedules it
+            request.on_reschedule = partial(self._reschedule, seq, request.on_response, request.inputs, request.outputs)
         request.inputs = request.inputs + extra
         seq.inflight += 1
         self._wrap(request, seq)
@@ -294,6 +305,7 @@ class SequenceBatcher(InstanceScheduler):
     def _wrap(self, request: InferRequest, seq: _Sequence) -> None:
         deliver = request.on_response
         state = seq.state
+        iterative = self.iterative
 
         def on_response(response: InferResponse) -> None:
             if state is not None and response.outputs:
@@ -301,10 +313,31 @@ class SequenceBatcher(InstanceScheduler):
             if response.final:
                 seq.inflight -= 1
                 seq.last_ns = time.monotonic_ns()
+                if iterative and not seq.queue and not seq.inflight:  # its request is done: so is the sequence
+                    self._release(seq)
             if deliver is not None:
                 deliver(response)
 
         request.on_response = on_response
+
+    def _reschedule(
+        self,
+        seq: _Sequence,
+        deliver: Any,
+        inputs: list[Any],
+        outputs: list[RequestedOutput],
+        request: InferRequest,
+    ) -> None:
+        """The model released `request` for rescheduling: it runs again in its sequence, neither START nor END
+        (as Triton's), with the inputs the client sent."""
+        seq.inflight -= 1
+        request.inputs, request.outputs, request.flags = inputs, outputs, 0
+        request.on_response, request.on_reschedule = deliver, None
+        if self.sequences.get(seq.id) is not seq and self.backlog.get(seq.id) is not seq and not self._assign(seq):
+            self.backlog[seq.id] = seq  # its slot went meanwhile (an instance update): it waits for one
+        seq.queue.append(request)
+        seq.last_ns = time.monotonic_ns()
+        self._pump()
 
     def _null_request(self, template: InferRequest, inputs: list[Any]) -> InferRequest:
         """A filler for an idle slot: the template's inputs with READY=false; its responses are dropped."""

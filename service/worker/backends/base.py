@@ -61,6 +61,7 @@ class WorkerRequest:
     # answered after execute() returns, through its response sender (a default-mode Python model may do that)
     deferred: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    rescheduled: bool = False  # released for rescheduling: its final (nothing in it) says so to the server
 
     def respond(
         self,
@@ -77,6 +78,12 @@ class WorkerRequest:
             self.responder(self, outputs, error, final, parameters, True)
         else:  # responders that never see model errors (other backends, tests) may take five arguments
             self.responder(self, outputs, error, final, parameters)
+
+    def reschedule(self) -> None:
+        """End this execution of the request without an answer: the server runs it again later (iterative
+        sequences, pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)."""
+        self.rescheduled = True
+        self.respond(None, None, True)
 
     def fail(self, code: ErrorCode, message: str) -> None:
         """Send a final error response."""

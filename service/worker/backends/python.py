@@ -159,7 +159,7 @@ class PythonBackend(Backend):
         if self.decoupled and inspect.iscoroutine(result):
             # decoupled async execute runs in the background: the next batch may start while this one awaits
             future = asyncio.run_coroutine_threadsafe(result, self._loop_running())
-            future.add_done_callback(lambda f: self._background_done(f, requests))
+            future.add_done_callback(lambda f: self._background_done(f, requests, py_requests))
             return
         if type(result) is not list:  # a list (the usual answer) is never awaitable: skip the ABC check
             result = self._run(result)
@@ -170,6 +170,8 @@ class PythonBackend(Backend):
                     f"Python model '{self.context.instance_name}' is using the decoupled mode and the execute "
                     "function must return None.",
                 )
+            else:
+                _reschedule_released(requests, py_requests)
             return
         if result is None:  # answered (now or later) through the response senders
             for r in requests:
@@ -187,8 +189,19 @@ class PythonBackend(Backend):
             return
         for i in range(len(requests)):  # lengths checked above (zip(strict=True) parses a keyword per batch)
             req, py_req, response = requests[i], py_requests[i], result[i]
+            rescheduled = py_req._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
             if response is None:
-                req.deferred = True  # may still come through the response sender
+                if rescheduled and not req.closed:
+                    req.reschedule()
+                else:
+                    req.deferred = True  # may still come through the response sender
+                continue
+            if rescheduled:
+                self._fail_all(
+                    [req],
+                    "Expected a None object in the execute function return list for reschduled request, found "
+                    f"type '{type(response)}'.",
+                )
                 continue
             if not isinstance(response, pb_utils.InferenceResponse):
                 self._fail_all(
@@ -206,10 +219,13 @@ class PythonBackend(Backend):
             if not req.closed:
                 pb_utils._deliver(req, response, True)
 
-    def _background_done(self, future: Future[Any], requests: list[WorkerRequest]) -> None:
+    def _background_done(
+        self, future: Future[Any], requests: list[WorkerRequest], py_requests: list[pb_utils.InferenceRequest]
+    ) -> None:
         """A decoupled async execute finished: log its exception (as Triton does) and fail what it left open."""
         error = future.exception()
         if error is None:
+            _reschedule_released(requests, py_requests)
             return
         log.error("%s", "".join(traceback.TracebackException.from_exception(error).format()))
         self._fail_all(requests, _describe(error))
@@ -266,3 +282,11 @@ class PythonBackend(Backend):
         if not isinstance(result, pb_utils.ModelConfig):
             raise TypeError("auto_complete_config must return a pb_utils.ModelConfig")
         return result.as_dict()
+
+
+def _reschedule_released(requests: list[WorkerRequest], py_requests: list[pb_utils.InferenceRequest]) -> None:
+    """A decoupled model's requests that it released for rescheduling before execute returned, and left open."""
+    for req, py_req in zip(requests, py_requests, strict=True):
+        if py_req._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE and not req.closed:
+            with contextlib.suppress(RuntimeError):  # its sender closed it meanwhile
+                req.reschedule()

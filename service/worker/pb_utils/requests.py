@@ -229,7 +229,8 @@ class InferenceRequest:
         return bool(self._worker_request is not None and self._worker_request.cancelled)
 
     def set_release_flags(self, flags: int) -> None:
-        """Record the release flags (rescheduling is not supported: RELEASE_ALL is assumed)."""
+        """Release flags for when execute is done with this request: TRITONSERVER_REQUEST_RELEASE_RESCHEDULE runs
+        it again in a later batch (models with `sequence_batching { iterative_sequence: true }`)."""
         self._release_flags = flags
 
     def exec(self, decoupled: bool = False) -> Any:
