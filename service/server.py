@@ -30,7 +30,10 @@ from service.examples import missing_example_lines
 from service.frontend.grpc.server import build_grpc_server, server_credentials
 from service.frontend.http.server import HttpFrontend, HttpOptions
 from service.frontend.metrics import Collector, MetricsService
+from service.frontend.metrics import render as render_metrics
 from service.frontend.openai.server import OpenAIFrontend
+from service.frontend.sagemaker.server import SageMakerFrontend
+from service.frontend.vertex_ai.server import VertexAiFrontend
 from service.ipc.arena import SEGMENT_PREFIX
 from service.remote.supervisor import Frontends
 from shm.registry import SharedMemoryRegistry
@@ -125,6 +128,7 @@ class Server:
         self.grpc_port = 0
         self.http: HttpFrontend | None = None
         self.openai: OpenAIFrontend | None = None
+        self.cloud: list[tuple[str, SageMakerFrontend | VertexAiFrontend]] = []  # SageMaker, Vertex AI
         self._sampler: SystemSampler | None = None
         self.poller: RepositoryPoller | None = None
         self.metrics: MetricsService | None = None
@@ -186,6 +190,7 @@ class Server:
             await self.grpc_server.start()
             http_port = await self._start_http()
         openai_port = await self._start_openai()
+        await self._start_cloud()
         if self.config.model_control_mode == "poll":
             if self.config.repository_poll_secs > 0:
                 self.poller = RepositoryPoller(self.repository, self.config.repository_poll_secs)
@@ -197,6 +202,8 @@ class Server:
             print(f"Started HTTPService at {self.config.http_address}:{http_port}", flush=True)
         if self.openai is not None:
             print(f"Started OpenAI-compatible API at {self.config.openai.address}:{openai_port}", flush=True)
+        for name, endpoint in self.cloud:
+            print(f"Started {name} HTTPService at {endpoint.options.address}:{endpoint.port}", flush=True)
         if self.metrics is not None:
             print(f"Started Metrics Service at {self.metrics_address}:{self.metrics.port}", flush=True)
         return True
@@ -229,6 +236,24 @@ class Server:
         except ValueError as e:  # an unreadable --tokenizer / --chat-template
             raise OSError(f"OpenAI front end: {e}") from None
         return await self.openai.start()
+
+    async def _start_cloud(self) -> None:
+        """SageMaker and Vertex AI (service/frontend/sagemaker, vertex_ai): in this process also with front-end
+        processes (SageMaker's multi-model endpoint loads models; Vertex AI serves /metrics)."""
+        config = self.config
+        http = HttpOptions(
+            max_input_size=config.http_max_input_size,
+            shutdown_timeout_s=config.exit_timeout_secs,
+            restricted=list(config.http_restricted),
+        )
+        if config.sagemaker.enabled:
+            self.cloud.append(("Sagemaker", SageMakerFrontend(self.engine, config.sagemaker, http)))
+        if config.vertex_ai.enabled:
+            collectors = self._collectors() if config.allow_metrics else None
+            metrics = (lambda: render_metrics(collectors)) if collectors is not None else None
+            self.cloud.append(("Vertex AI", VertexAiFrontend(self.engine, config.vertex_ai, http, metrics)))
+        for _, endpoint in self.cloud:
+            await endpoint.start()
 
     @property
     def sampler(self) -> SystemSampler:
@@ -287,6 +312,7 @@ class Server:
             stopping.append(self.http.stop())
         if self.openai is not None:
             stopping.append(self.openai.stop())
+        stopping.extend(endpoint.stop() for _, endpoint in self.cloud)
         if self.metrics is not None:
             stopping.append(self.metrics.stop())
         await asyncio.gather(*stopping)
