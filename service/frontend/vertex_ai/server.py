@@ -21,10 +21,12 @@ from collections.abc import Awaitable, Callable
 
 from service.config.cloud import VertexAiOptions
 from service.core.engine import Engine
+from service.errors import ServiceError
 from service.frontend.http.h1 import H1Server
 from service.frontend.http.message import Request, Response, Stream
 from service.frontend.http.mime import announce_header_length
 from service.frontend.http.server import HttpFrontend, HttpOptions
+from service.frontend.http.util import error_response
 from service.frontend.metrics import CONTENT_TYPE
 
 log = logging.getLogger("trireme.vertex_ai")
@@ -96,7 +98,10 @@ class VertexAiFrontend:
         return _empty(400)
 
     async def _infer(self, request: Request) -> Response | Stream:
-        announce_header_length(request, BINARY_MIME)
+        try:
+            announce_header_length(request, BINARY_MIME)
+        except ServiceError as e:
+            return error_response(e)
         return await self._http.handle(request)
 
     async def _render_metrics(self) -> Response:
