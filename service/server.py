@@ -17,6 +17,7 @@ from service.config.tls import ssl_context
 from service.core.bls import BlsServer
 from service.core.engine import Engine
 from service.core.observability.custom_metrics import CustomMetrics
+from service.core.observability.log_output import reopen as reopen_log_file
 from service.core.observability.metrics import CoreCollector, parse_metrics_config
 from service.core.observability.system_metrics import SystemSampler
 from service.core.observability.trace_settings import parse_trace_config
@@ -123,6 +124,8 @@ class Server:
         if config.trace_config:
             self.engine.configure_tracing(*parse_trace_config(config.trace_config))
         self.engine.log_settings.log_verbose_level = config.log_verbose
+        self.engine.log_settings.log_file = config.log_file
+        self.engine.log_settings.log_format = config.log_format or "default"
         self.bls.engine = self.engine
         self.grpc_server: grpc.aio.Server | None = None
         self.grpc_port = 0
@@ -290,6 +293,15 @@ class Server:
                 "(pick another --metrics-port, or --allow-metrics=false)",
             ) from None
 
+    def reopen_log(self) -> None:
+        """SIGHUP with --log-file: reopen it, and have the front-end processes reopen theirs."""
+        reopen_log_file()
+        if self.frontends is not None:
+            for proc in self.frontends.procs.values():
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGHUP)
+        log.info("reopened the log file %s", self.config.log_file)
+
     def request_stop(self) -> None:
         """Begin an orderly shutdown (signal handler)."""
         self._stop.set()
@@ -329,6 +341,8 @@ async def serve(config: ServerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.request_stop)
+    if config.log_file:  # log rotation: SIGHUP reopens --log-file (here and in the front-end processes)
+        loop.add_signal_handler(signal.SIGHUP, server.reopen_log)
     try:
         ok = await server.start()
         if ok:

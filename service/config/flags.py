@@ -26,6 +26,7 @@ from service.config.endpoint_flags import (
 )
 from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.ignored_flags import add_ignored_flags
+from service.config.log_flags import add_log_flags
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
 from service.config.tls import TlsSettings, tls_settings
 from service.config.values import parse_bool
@@ -106,6 +107,8 @@ class ServerConfig:
     argv: list[str] = field(default_factory=list)  # the flags as given (front-end processes parse the same)
     sagemaker: SageMakerOptions = field(default_factory=SageMakerOptions)  # --allow-sagemaker (docs/sagemaker.md)
     vertex_ai: VertexAiOptions = field(default_factory=VertexAiOptions)  # --allow-vertex-ai (docs/vertex_ai.md)
+    log_file: str = ""  # --log-file ("": stderr)
+    log_format: str = ""  # --log-format: default | ISO8601 | json ("": Python's layout; docs/logging.md)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_openai_flags(p)
     add_cli_flags(p)
     add_cloud_flags(p)
+    add_log_flags(p)
     add_ignored_flags(p)
     return p
 
@@ -374,6 +378,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
     config.frontend_processes = n
     config.argv = list(argv)
     _cloud(parser, args, argv, config)
+    config.log_file, config.log_format = args.log_file, args.log_format
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True
