@@ -24,6 +24,7 @@ from service.config.endpoint_flags import (
     add_placement_flags,
     default_frontend_processes,
 )
+from service.config.grpc_flags import add_grpc_flags, apply_grpc_flags
 from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.ignored_flags import add_ignored_flags
 from service.config.log_flags import add_log_flags
@@ -273,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cli_flags(p)
     add_cloud_flags(p)
     add_log_flags(p)
+    add_grpc_flags(p)
     add_ignored_flags(p)
     return p
 
@@ -379,6 +381,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
     config.argv = list(argv)
     _cloud(parser, args, argv, config)
     config.log_file, config.log_format = args.log_file, args.log_format
+    apply_grpc_flags(config.grpc, args)
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True
