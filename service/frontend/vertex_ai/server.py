@@ -51,8 +51,11 @@ class VertexAiFrontend:
         self.shutdown_timeout_s = http.shutdown_timeout_s
         self._http = HttpFrontend(engine, HttpOptions(max_input_size=http.max_input_size, restricted=http.restricted))
         self._metrics = metrics
-        self._predict = re.compile(options.predict_route)
-        self._health = re.compile(options.health_route)
+        try:  # Triton matches the whole path against each route as a regular expression
+            self._predict = re.compile(options.predict_route)
+            self._health = re.compile(options.health_route)
+        except re.error as e:
+            raise OSError(f"AIP_PREDICT_ROUTE / AIP_HEALTH_ROUTE is not a valid regular expression: {e}") from None
         self.model = ""
         self._server: H1Server | None = None
         self.port = 0
@@ -105,9 +108,13 @@ class VertexAiFrontend:
         return await self._http.handle(request)
 
     async def _render_metrics(self) -> Response:
-        if self._metrics is None:
+        if self._metrics is None:  # --allow-metrics=false: Triton has no metrics to give either
             return Response(400)
-        return Response(200, self._metrics(), CONTENT_TYPE)
+        try:
+            return Response(200, self._metrics(), CONTENT_TYPE)
+        except Exception:
+            log.exception("rendering /metrics for a Vertex AI redirect failed")
+            return Response(400)
 
     def default_model(self) -> str:
         """--vertex-ai-default-model, which must be loaded, else the only model loaded (Triton's checks)."""
