@@ -133,7 +133,9 @@ class StreamSession:
             if request.trace is not None:
                 request.trace.finish()
             if not isinstance(e, ServiceError):
-                log.exception("stream request failed to start")
+                log.exception(
+                    "stream request failed to start", extra={"request_id": request.id, "model": request.model_name}
+                )
             slot.decoupled = False
             slot.message = self._counted(self._noted(_request_error(msg.id, e), e))
             self._flush()
