@@ -35,6 +35,13 @@ def main() -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = parse_args(sys.argv[1:])
+    if config.log_file or config.log_format:
+        from service.core.observability.log_output import configure
+
+        try:
+            configure(config.log_file, config.log_format or "default")
+        except OSError as e:
+            sys.exit(f"error: --log-file: cannot open '{config.log_file}': {e.strerror}")
     if config.log_verbose:
         logging.getLogger().setLevel(logging.DEBUG)
     sys.exit(run(config))

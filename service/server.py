@@ -19,6 +19,7 @@ from service.core.bls import BlsServer
 from service.core.engine import Engine
 from service.core.observability import model_logs
 from service.core.observability.custom_metrics import CustomMetrics
+from service.core.observability.log_output import reopen as reopen_log_file
 from service.core.observability.metrics import CoreCollector, parse_metrics_config
 from service.core.observability.system_metrics import SystemSampler
 from service.core.observability.trace_settings import parse_trace_config
@@ -32,7 +33,10 @@ from service.examples import missing_example_lines
 from service.frontend.grpc.server import build_grpc_server, server_credentials
 from service.frontend.http.server import HttpFrontend, HttpOptions
 from service.frontend.metrics import Collector, MetricsService
+from service.frontend.metrics import render as render_metrics
 from service.frontend.openai.server import OpenAIFrontend
+from service.frontend.sagemaker.server import SageMakerFrontend
+from service.frontend.vertex_ai.server import VertexAiFrontend
 from service.ipc.arena import SEGMENT_PREFIX
 from service.remote.supervisor import Frontends
 from service.worker.pb_utils.hooks import runtime as pb_runtime
@@ -124,6 +128,8 @@ class Server:
         if config.trace_config:
             self.engine.configure_tracing(*parse_trace_config(config.trace_config))
         self.engine.log_settings.log_verbose_level = config.log_verbose
+        self.engine.log_settings.log_file = config.log_file
+        self.engine.log_settings.log_format = config.log_format or "default"
         self.bls.engine = self.engine
         # pb_utils.Logger lines of in-process instances: the same settings as lines from worker processes
         pb_runtime.log = partial(model_logs.log_here, self.engine.log_settings)
@@ -131,6 +137,7 @@ class Server:
         self.grpc_port = 0
         self.http: HttpFrontend | None = None
         self.openai: OpenAIFrontend | None = None
+        self.cloud: list[tuple[str, SageMakerFrontend | VertexAiFrontend]] = []  # SageMaker, Vertex AI
         self._sampler: SystemSampler | None = None
         self.poller: RepositoryPoller | None = None
         self.metrics: MetricsService | None = None
@@ -158,6 +165,7 @@ class Server:
             await self.grpc_server.start()
             http_port = await self._start_http()
         openai_port = await self._start_openai()
+        await self._start_cloud()
         if self.config.model_control_mode == "poll":
             if self.config.repository_poll_secs > 0:
                 self.poller = RepositoryPoller(self.repository, self.config.repository_poll_secs)
@@ -169,6 +177,8 @@ class Server:
             print(f"Started HTTPService at {self.config.http_address}:{http_port}", flush=True)
         if self.openai is not None:
             print(f"Started OpenAI-compatible API at {self.config.openai.address}:{openai_port}", flush=True)
+        for name, endpoint in self.cloud:
+            print(f"Started {name} HTTPService at {endpoint.options.address}:{endpoint.port}", flush=True)
         if self.metrics is not None:
             print(f"Started Metrics Service at {self.metrics_address}:{self.metrics.port}", flush=True)
         return True
@@ -243,6 +253,24 @@ class Server:
             raise OSError(f"OpenAI front end: {e}") from None
         return await self.openai.start()
 
+    async def _start_cloud(self) -> None:
+        """SageMaker and Vertex AI (service/frontend/sagemaker, vertex_ai): in this process also with front-end
+        processes (SageMaker's multi-model endpoint loads models; Vertex AI serves /metrics)."""
+        config = self.config
+        http = HttpOptions(
+            max_input_size=config.http_max_input_size,
+            shutdown_timeout_s=config.exit_timeout_secs,
+            restricted=list(config.http_restricted),
+        )
+        if config.sagemaker.enabled:
+            self.cloud.append(("Sagemaker", SageMakerFrontend(self.engine, config.sagemaker, http)))
+        if config.vertex_ai.enabled:
+            collectors = self._collectors() if config.allow_metrics else None
+            metrics = (lambda: render_metrics(collectors)) if collectors is not None else None
+            self.cloud.append(("Vertex AI", VertexAiFrontend(self.engine, config.vertex_ai, http, metrics)))
+        for _, endpoint in self.cloud:
+            await endpoint.start()
+
     @property
     def sampler(self) -> SystemSampler:
         """The CPU/GPU gauges (made on first use: it may open NVML)."""
@@ -278,6 +306,15 @@ class Server:
                 "(pick another --metrics-port, or --allow-metrics=false)",
             ) from None
 
+    def reopen_log(self) -> None:
+        """SIGHUP with --log-file: reopen it, and have the front-end processes reopen theirs."""
+        reopen_log_file()
+        if self.frontends is not None:
+            for proc in self.frontends.procs.values():
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGHUP)
+        log.info("reopened the log file %s", self.config.log_file)
+
     def request_stop(self) -> None:
         """Begin an orderly shutdown (signal handler)."""
         self._stop.set()
@@ -300,6 +337,7 @@ class Server:
             stopping.append(self.http.stop())
         if self.openai is not None:
             stopping.append(self.openai.stop())
+        stopping.extend(endpoint.stop() for _, endpoint in self.cloud)
         if self.metrics is not None:
             stopping.append(self.metrics.stop())
         await asyncio.gather(*stopping)
@@ -317,6 +355,8 @@ async def serve(config: ServerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.request_stop)
+    if config.log_file:  # log rotation: SIGHUP reopens --log-file (here and in the front-end processes)
+        loop.add_signal_handler(signal.SIGHUP, server.reopen_log)
     try:
         ok = await server.start()
         if ok:

@@ -78,6 +78,9 @@ class GrpcSettings:
     tls: TlsSettings = field(default_factory=TlsSettings)
     channel_args: dict[str, int] = field(default_factory=dict)  # grpc core arguments from the keepalive flags
     stream_buffer_bytes: int = 64 << 20  # responses one ModelStreamInfer call may hold unwritten
+    header_forward_pattern: str = ""  # --grpc-header-forward-pattern (config/grpc_flags.py)
+    infer_compression_level: str = "none"  # --grpc-infer-response-compression-level
+    reuse_port: bool = False  # --reuse-grpc-port
 
 
 # help of the keepalive / connection flags (Triton's meaning; unset ones keep grpc's defaults, which are Triton's)

@@ -9,6 +9,14 @@ from dataclasses import dataclass, field
 
 from service.config.access import GrpcSettings, RestrictedApi, add_security_flags, check_restricted, grpc_settings
 from service.config.cli_checks import add_cli_flags, reject_unknown
+from service.config.cloud import (
+    SageMakerOptions,
+    VertexAiOptions,
+    add_cloud_flags,
+    check_ports,
+    cloud_options,
+    vertex_environment,
+)
 from service.config.endpoint_flags import (
     add_frontend_flags,
     add_http_flags,
@@ -16,8 +24,10 @@ from service.config.endpoint_flags import (
     add_placement_flags,
     default_frontend_processes,
 )
+from service.config.grpc_flags import add_grpc_flags, apply_grpc_flags
 from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.ignored_flags import add_ignored_flags
+from service.config.log_flags import add_log_flags
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
 from service.config.tls import TlsSettings, tls_settings
 from service.config.values import parse_bool
@@ -96,6 +106,10 @@ class ServerConfig:
     host_policies: dict[str, HostPolicy] = field(default_factory=dict)  # --host-policy, by name
     frontend_processes: int = 1  # --frontend-processes: N >= 2 front-end processes over one core process
     argv: list[str] = field(default_factory=list)  # the flags as given (front-end processes parse the same)
+    sagemaker: SageMakerOptions = field(default_factory=SageMakerOptions)  # --allow-sagemaker (docs/sagemaker.md)
+    vertex_ai: VertexAiOptions = field(default_factory=VertexAiOptions)  # --allow-vertex-ai (docs/vertex_ai.md)
+    log_file: str = ""  # --log-file ("": stderr)
+    log_format: str = ""  # --log-format: default | ISO8601 | json ("": Python's layout; docs/logging.md)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -258,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_frontend_flags(p)
     add_openai_flags(p)
     add_cli_flags(p)
+    add_cloud_flags(p)
+    add_log_flags(p)
+    add_grpc_flags(p)
     add_ignored_flags(p)
     return p
 
@@ -362,7 +379,37 @@ def parse_args(argv: list[str]) -> ServerConfig:
         parser.error(f"--frontend-processes must be 1 or more, got {n}")
     config.frontend_processes = n
     config.argv = list(argv)
+    _cloud(parser, args, argv, config)
+    config.log_file, config.log_format = args.log_file, args.log_format
+    apply_grpc_flags(config.grpc, args)
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True
     return config
+
+
+def _cloud(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str], config: ServerConfig) -> None:
+    """SageMaker and Vertex AI (service/config/cloud.py); in a Vertex AI container (AIP_MODE=PREDICTION) HTTP is
+    off unless --allow-http says otherwise and AIP_STORAGE_URI is the repository when none is given, as Triton."""
+    try:
+        config.sagemaker, config.vertex_ai = cloud_options(args, config.http_address)
+    except ValueError as e:
+        parser.error(str(e))
+    if vertex_environment():
+        if not any(a.startswith("--allow-http") for a in argv):
+            config.allow_http = False
+        if not config.model_repositories and os.environ.get("AIP_STORAGE_URI"):
+            config.model_repositories = [os.environ["AIP_STORAGE_URI"]]
+    if not (config.sagemaker.enabled or config.vertex_ai.enabled):
+        return
+    endpoints = [("GRPC", config.grpc_address, config.grpc_port)]
+    if config.allow_http:
+        endpoints.append(("HTTP", config.http_address, config.http_port))
+    if config.allow_metrics:
+        endpoints.append(("Metrics", config.metrics_address or config.http_address, config.metrics_port))
+    if config.vertex_ai.enabled:
+        endpoints.append(("Vertex AI", config.vertex_ai.address, config.vertex_ai.port))
+    try:
+        check_ports(endpoints, config.sagemaker)
+    except ValueError as e:
+        parser.error(str(e))

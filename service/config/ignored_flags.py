@@ -8,18 +8,7 @@ import argparse
 # real? Add it to build_parser and delete its entry here (a real flag of the same name already wins).
 IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--allow-grpc": "serve the gRPC endpoint (Trireme always does)",
-    "--reuse-grpc-port": "let several servers share the gRPC port",
-    "--grpc-header-forward-pattern": "gRPC headers forwarded to backends as request parameters",
     "--grpc-infer-allocation-pool-size": "gRPC inference request objects kept for reuse",
-    "--grpc-infer-response-compression-level": "compression of gRPC inference responses",
-    "--allow-sagemaker": "serve the SageMaker endpoint",
-    "--sagemaker-port": "port of the SageMaker endpoint",
-    "--sagemaker-safe-port-range": "port range of SageMaker multi-model mode",
-    "--sagemaker-thread-count": "threads of the SageMaker endpoint",
-    "--allow-vertex-ai": "serve the Vertex AI endpoint",
-    "--vertex-ai-port": "port of the Vertex AI endpoint",
-    "--vertex-ai-thread-count": "threads of the Vertex AI endpoint",
-    "--vertex-ai-default-model": "model that Vertex AI requests go to",
     "--model-load-thread-count": "threads that load models",
     "--model-load-retry-count": "retries of a failed model load",
     "--model-namespacing": "models of the same name in different repositories",
@@ -37,8 +26,6 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--log-info": "log INFO messages (Trireme: always on)",
     "--log-warning": "log WARNING messages (Trireme: always on)",
     "--log-error": "log ERROR messages (Trireme: always on)",
-    "--log-format": "log line format (default, ISO8601)",
-    "--log-file": "file the log is written to",
 }
 
 

@@ -179,6 +179,23 @@ class Engine:
         for step in steps:
             await self.repository.unload(step)
 
+    async def load_model_at(self, name: str, model_dir: str) -> None:
+        """Load the model in `model_dir` under `name` (Triton's registered repository with a name mapping, used
+        by SageMaker's multi-model endpoint); ALREADY_EXISTS when `name` is known already."""
+        self._require_explicit()
+        check_model_name(name)
+        if name in self.repository.models:
+            raise ServiceError(ErrorCode.ALREADY_EXISTS, f"model '{name}' already exists")
+        config_error, errors = await self.repository.load(name, None, model_dir)
+        if config_error or errors:
+            await self.forget_model(name)
+            detail = config_error or "".join(f"{e};\n" for e in errors)
+            raise ServiceError(ErrorCode.INVALID_ARG, f"load failed for model '{name}': {detail}")
+
+    async def forget_model(self, name: str) -> None:
+        """Unload a model loaded by load_model_at and drop it from the repository (unregistering its folder)."""
+        await self.repository.remove(name)
+
     # ---- health and metadata ----------------------------------------------------------------------------
     def server_ready(self) -> bool:
         """Ready when accepting and (strict) every model version that should be loaded is READY."""

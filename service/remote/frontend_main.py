@@ -17,6 +17,8 @@ import uvloop
 from service.config.flags import ServerConfig, parse_args
 from service.config.tls import ssl_context
 from service.core.facade import Facade
+from service.core.observability.log_output import configure as configure_log
+from service.core.observability.log_output import reopen as reopen_log_file
 from service.frontend.grpc.server import build_grpc_server
 from service.frontend.http.server import HttpFrontend, HttpOptions
 from service.remote.client import RemoteEngine
@@ -42,6 +44,8 @@ async def serve_frontend(
     remote.on_core_lost = core_lost
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if config.log_file:
+        loop.add_signal_handler(signal.SIGHUP, reopen_log_file)  # the core forwards its SIGHUP (log rotation)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the core, which drains every front end
     await remote.connect()
     engine: Facade = remote  # the surface the front ends use (service/core/facade.py)
@@ -80,6 +84,8 @@ def main() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     trace_fd = int(sys.argv[5])
     config = parse_args(sys.argv[7:])
+    if config.log_file or config.log_format:
+        configure_log(config.log_file, config.log_format or "default")
     uvloop.install()
     try:
         code = asyncio.run(serve_frontend(path, frontend_id, (grpc_port, http_port), trace_fd, config))

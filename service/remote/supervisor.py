@@ -21,10 +21,15 @@ log = logging.getLogger("trireme.frontends")
 RESTART_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 
-def reserve_port(address: str, port: int) -> socket.socket:
+def reserve_port(address: str, port: int, shared: bool = False) -> socket.socket:
     """A bound, not listening SO_REUSEPORT socket: fixes the port (port 0 picks one) for the front ends that share
-    it and fails early, as a single process would, when the address is taken. Kept open while the server runs."""
+    it and fails early, as a single process would, when the address is taken. Kept open while the server runs.
+    Unless `shared` (--reuse-grpc-port / --reuse-http-port), a port another server holds, even with
+    SO_REUSEPORT, is taken: a plain bind tries it first."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    if port and not shared:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, port))
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
@@ -67,13 +72,13 @@ class Frontends:
         config = self.config
         address = f"{config.grpc_address}:{config.grpc_port}"
         try:
-            grpc_sock = reserve_port(config.grpc_address, config.grpc_port)
+            grpc_sock = reserve_port(config.grpc_address, config.grpc_port, config.grpc.reuse_port)
         except OSError:  # the message of one process (frontend/grpc/server.py build_grpc_server)
             raise OSError(f"unable to bind the gRPC server to {address} (address already in use?)") from None
         self._reserved.append(grpc_sock)
         self.grpc_port = int(grpc_sock.getsockname()[1])
         if config.allow_http:
-            http_sock = reserve_port(config.http_address, config.http_port)
+            http_sock = reserve_port(config.http_address, config.http_port, config.reuse_http_port)
             self._reserved.append(http_sock)
             self.http_port = int(http_sock.getsockname()[1])
         await self.host.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from service.core.observability.log_output import FORMATS, set_format
 from service.errors import ErrorCode, ServiceError
 
 LogValue = bool | int | str
@@ -44,15 +45,17 @@ class LogSettings:
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ServiceError(ErrorCode.INVALID_ARG, "expect unsigned integer for 'log_verbose_level'")
             elif key == "log_format":
-                if value not in ("default", "ISO8601"):
+                if value not in FORMATS:
                     raise ServiceError(
                         ErrorCode.INVALID_ARG,
-                        f"invalid argument for log_format, got: {value}. Supported formats: default, ISO8601",
+                        f"invalid argument for log_format, got: {value}. Supported formats: default, ISO8601, json",
                     )
             else:
                 raise ServiceError(ErrorCode.INVALID_ARG, f"log setting '{key}' is not supported")
         for key, value in changes.items():
             setattr(self, key, value)
+        if "log_format" in changes:
+            set_format(self.log_format)  # the server's lines (service/core/observability/log_output.py)
         self.apply()
 
     def apply(self) -> None:

@@ -153,7 +153,7 @@ class ModelRepository:
         try:
             config, chosen = await self._prepare_config(entry, override)
         except ServiceError as e:
-            log.error("failed to load '%s': %s", entry.name, e.message)
+            log.error("failed to load '%s': %s", entry.name, e.message, extra={"model": entry.name})
             if serving:  # the serving versions stay; the error shows on them
                 entry.state = READY
                 for mv in serving.values():
@@ -209,7 +209,7 @@ class ModelRepository:
         entry.state = READY if any(mv.state == READY for mv in versions.values()) else UNAVAILABLE
         self.load_barrier.notify()
         if not errors:
-            log.info("successfully loaded '%s'", entry.name)
+            log.info("successfully loaded '%s'", entry.name, extra={"model": entry.name})
         await asyncio.gather(*(self._retire(mv) for mv in [*replaced, *plan.leave]))
         return "", errors
 
@@ -243,7 +243,7 @@ class ModelRepository:
     async def _start_version(
         self, entry: ModelEntry, config: mc.ModelConfig, version: int, files: ModelFiles
     ) -> ModelVersion:
-        log.info("loading: %s:%d", entry.name, version)
+        log.info("loading: %s:%d", entry.name, version, extra={"model": entry.name})
         mv = ModelVersion(entry.name, version, entry.model_dir, config, files=files.versions.get(version, ()))
         mv.signature = build_signature(config)
         mv.stats.decoupled = mv.decoupled
@@ -272,7 +272,7 @@ class ModelRepository:
             mv.stats.load_duration_s = time.monotonic() - started
         except ServiceError as e:
             mv.state, mv.reason = UNAVAILABLE, e.message
-            log.error("failed to load '%s' version %d: %s", entry.name, version, e.message)
+            log.error("failed to load '%s' version %d: %s", entry.name, version, e.message, extra={"model": entry.name})
         except Exception as e:
             mv.state, mv.reason = UNAVAILABLE, f"{type(e).__name__}: {e}"
             log.exception("failed to load '%s' version %d", entry.name, version)
@@ -381,7 +381,7 @@ class ModelRepository:
             self._leaving.discard(mv)
         if mv.state == UNLOADING:
             mv.state, mv.reason = UNAVAILABLE, UNLOADED
-        log.info("successfully unloaded '%s' version %d", mv.name, mv.version)
+        log.info("successfully unloaded '%s' version %d", mv.name, mv.version, extra={"model": mv.name})
 
     async def _stop_version(self, mv: ModelVersion, reason: str = "", timeout_s: float = FINALIZE_TIMEOUT_S) -> None:
         if mv.scheduler is not None:

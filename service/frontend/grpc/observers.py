@@ -105,12 +105,13 @@ class StageObserver(InferObserver):
 NO_OBSERVERS: tuple[InferObserver, ...] = ()
 
 
-def infer_observers(engine: Facade, context: Any) -> tuple[InferObserver, ...]:
-    """The observers of one ModelInfer call; empty (the common case) when neither kind of tracing is on."""
+def infer_observers(engine: Facade, context: Any, calls: Any = None) -> tuple[InferObserver, ...]:
+    """The observers of one ModelInfer call; empty (the common case) when neither kind of tracing is on and no
+    per-call option (`calls`: grpc/calls.py CallOptions, header forwarding and compression) is set."""
     recorder = stagetrace.RECORDER
-    if recorder is None and not engine.tracer.enabled:
+    if recorder is None and not engine.tracer.enabled and calls is None:
         return NO_OBSERVERS
-    observers: list[InferObserver] = []
+    observers: list[InferObserver] = [calls.observer(context)] if calls is not None else []
     if recorder is not None:
         observers.append(StageObserver(recorder))
     if engine.tracer.enabled:

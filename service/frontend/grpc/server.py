@@ -17,6 +17,7 @@ from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
 from service.frontend.grpc import large as grpc_large
 from service.frontend.grpc import stream as grpc_stream
+from service.frontend.grpc.calls import CallOptions, compression_option
 from service.frontend.grpc.codec import UNPARSABLE
 from service.frontend.grpc.handlers import (
     HEALTH_SERVICE,
@@ -94,6 +95,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.engine = engine
         self.handlers = handlers
         self.stream_buffer_bytes = stream_buffer_bytes
+        self.calls: CallOptions | None = None  # header forwarding / response compression (grpc/calls.py)
 
     # ---- health & metadata --------------------------------------------------------------------------------
     async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
@@ -141,8 +143,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         engine = self.engine
         observers = (
             NO_OBSERVERS
-            if stagetrace.RECORDER is None and not engine.tracer.enabled
-            else infer_observers(engine, context)
+            if stagetrace.RECORDER is None and not engine.tracer.enabled and self.calls is None
+            else infer_observers(engine, context, self.calls)
         )
         try:
             try:  # a plain try here: this is the hot path (see `aborting` for the other RPCs)
@@ -172,7 +174,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any) -> None:
         # reads with context.read(), writes with write()
-        await grpc_stream.serve_stream(self.engine, context, self.stream_buffer_bytes, self.handlers.note_unparsable)
+        await grpc_stream.serve_stream(
+            self.engine, context, self.stream_buffer_bytes, self.handlers.note_unparsable, self.calls
+        )
 
     # ---- model control -------------------------------------------------------------------------------------
     async def RepositoryModelLoad(self, request: Any, context: Any) -> pb.RepositoryModelLoadResponse:
@@ -346,11 +350,14 @@ def build_grpc_server(
     `reuse_port`: share the port with the other front-end processes (SO_REUSEPORT)."""
     settings = settings or GrpcSettings()
     credentials = server_credentials(settings)
+    reuse_port = reuse_port or settings.reuse_port  # front-end processes, or --reuse-grpc-port
     options = [(k, 1 if reuse_port and k == "grpc.so_reuseport" else v) for k, v in SERVER_OPTIONS]
     options += settings.channel_args.items()
+    options += compression_option(settings.infer_compression_level)
     server = grpc.aio.server(options=options)
     factory = HandlerFactory(settings.restricted)
     servicer = InferenceServicer(engine, factory, settings.stream_buffer_bytes)
+    servicer.calls = CallOptions.of(settings)
     add_service(server, INFERENCE_SERVICE, inference_handlers(servicer, factory))
     add_service(server, HEALTH_SERVICE, health_handlers(HealthServicer(engine), factory))
     try:

@@ -27,6 +27,7 @@ from protos import grpc_service_pb2 as pb
 from service.core.facade import Facade, Submitted
 from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
+from service.frontend.grpc.calls import CallOptions
 from service.frontend.grpc.observers import sample_trace, traceparent_of
 from service.frontend.status import GRPC_STATUS
 from service.types import InferRequest, InferResponse
@@ -68,6 +69,7 @@ class StreamSession:
     ) -> None:
         self.engine = engine
         self.context = context
+        self.calls: CallOptions | None = None  # header forwarding for every request of the stream
         self.out: deque[_Out] = deque()
         self.ordered: deque[_Slot] = deque()
         self.inflight: dict[InferRequest, Submitted] = {}
@@ -116,6 +118,8 @@ class StreamSession:
         received = time.monotonic_ns()
         try:
             request = codec.decode_infer_request(msg)
+            if self.calls is not None:
+                self.calls.forward_headers(self.context, request)
         except Exception as e:
             self._answer_now(self._noted(_request_error(msg.id, e), e))
             return
@@ -129,7 +133,9 @@ class StreamSession:
             if request.trace is not None:
                 request.trace.finish()
             if not isinstance(e, ServiceError):
-                log.exception("stream request failed to start")
+                log.exception(
+                    "stream request failed to start", extra={"request_id": request.id, "model": request.model_name}
+                )
             slot.decoupled = False
             slot.message = self._counted(self._noted(_request_error(msg.id, e), e))
             self._flush()
@@ -251,9 +257,11 @@ async def serve_stream(
     context: grpc.aio.ServicerContext,
     buffer_bytes: int = 64 << 20,
     on_unparsable: Callable[[grpc.aio.ServicerContext], None] | None = None,
+    calls: CallOptions | None = None,
 ) -> None:
     """Run one ModelStreamInfer call to its end (client half-close and every request answered)."""
     session = StreamSession(engine, context, buffer_bytes, on_unparsable)
+    session.calls = calls  # header forwarding (grpc/calls.py)
     reader = asyncio.get_running_loop().create_task(session.read_all())
     done = False
     try:

@@ -211,7 +211,7 @@ class HttpFrontend:
         try:  # one path, traced or not (the stamps are the only difference)
             response = await self.engine.infer(req)
             if response.error is not None:
-                raise response.error
+                raise self.execution_failed(response.error)
             if trace is not None:
                 trace.stamp("HTTP_SEND_START")
             payload, header_length = codec.encode_response(response, choice)
@@ -231,6 +231,10 @@ class HttpFrontend:
         else:
             out = Response(200, payload, "application/octet-stream", {codec.INFER_HEADER: str(header_length)})
         return compress_if_asked(request, out)
+
+    def execution_failed(self, error: ServiceError) -> Exception:
+        """What an inference that failed while it ran raises (SageMaker's endpoint answers it with its own codes)."""
+        return error
 
     def _decode(
         self, request: Request, body: bytes, model: str, version: str
