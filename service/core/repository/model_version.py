@@ -33,6 +33,7 @@ class ModelVersion:
     scheduler: Scheduler | None = None
     stats: ModelStats = field(default_factory=ModelStats)
     files: tuple[Any, ...] = ()  # the version folder's files when it was loaded (change detection)
+    exec_env: Any = None  # the Python execution environment its workers run in (instances/envs), None = ours
 
     @property
     def decoupled(self) -> bool:

@@ -42,6 +42,7 @@ from service.core.scheduling.ensemble import LoadBarrier
 from service.core.scheduling.ensemble_graph import step_model_names
 from service.core.scheduling.scheduler import Scheduler
 from service.errors import ErrorCode, ServiceError
+from service.instances.envs.prepare import ExecEnv, apply_env, prepare_env
 from service.instances.pool import InstancePool
 from service.ipc.devices import visible_gpu_count
 
@@ -245,6 +246,7 @@ class ModelRepository:
         started = time.monotonic()
         try:
             pool = None
+            mv.exec_env = await self._exec_env(config, mv.model_dir, version)
             if config.platform != "ensemble":
                 pool = InstancePool(self._instance_specs(mv, config))
                 await pool.start()
@@ -277,9 +279,17 @@ class ModelRepository:
             return ""
         return backend_folder(config.backend, self.options.backend_directory)
 
+    async def _exec_env(self, config: mc.ModelConfig, model_dir: str, version: int) -> ExecEnv | None:
+        """The Python execution environment of a Python-based model's version (unpacked or built off the loop)."""
+        if config.backend != "python" and not self._backend_dir(config):
+            return None
+        version_dir = os.path.join(model_dir, str(version))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, prepare_env, config.parameters, model_dir, version_dir)
+
     def _instance_specs(self, mv: ModelVersion, config: mc.ModelConfig) -> list[Any]:
         o = self.options
-        return instance_specs(
+        specs = instance_specs(
             config,
             mv.name,
             mv.version,
@@ -293,6 +303,7 @@ class ModelRepository:
             backend_dir=self._backend_dir(config),
             host_policies=o.host_policies,
         )
+        return apply_env(specs, mv.exec_env, mv.name)
 
     async def _prepare_config(
         self, entry: ModelEntry, override: mc.ModelConfig | None
@@ -311,7 +322,12 @@ class ModelRepository:
             config.runtime = PYTHON_BASED_RUNTIME
         if self.options.auto_complete and config.backend and versions:
             config = await run_auto_complete(
-                config, entry.model_dir, os.path.join(entry.model_dir, str(versions[-1])), exists, backend_dir
+                config,
+                entry.model_dir,
+                os.path.join(entry.model_dir, str(versions[-1])),
+                exists,
+                backend_dir,
+                await self._exec_env(config, entry.model_dir, versions[-1]),
             )
         elif not exists:
             raise cfg.config_error(path, "model configuration file is missing and auto-complete is disabled")
