@@ -74,8 +74,8 @@ def prepare_env(parameters: Mapping[str, Any], model_dir: str, version_dir: str)
     if problem:
         raise ServiceError(ErrorCode.INVALID_ARG, problem)
     base = clean_env(env_dir)
-    env = {k: base[k] for k in ("PATH", "LD_LIBRARY_PATH", "PYTHONNOUSERSITE") if k in base}
-    env.update({k: base[k] for k in ("VIRTUAL_ENV", "CONDA_PREFIX") if k in base})
+    keys = ("PATH", "LD_LIBRARY_PATH", "PYTHONNOUSERSITE", "VIRTUAL_ENV", "CONDA_PREFIX")
+    env: dict[str, str] = {k: base[k] for k in keys if k in base}
     env["PYTHONPATH"] = worker_deps()  # the checkout goes in front of it (spawn.worker_env)
     out = ExecEnv(python, env, request.path)
     with _ready_lock:

@@ -76,8 +76,8 @@ def probe(python: str, env_dir: str) -> dict[str, str]:
 
 
 def compatibility_error(found: dict[str, str], where: str) -> str:
-    """ "" when the worker can run with these versions, else why not (the message of the refused load)."""
-    ours = "%d.%d" % sys.version_info[:2]
+    """Empty when the worker can run with these versions, else why not (the message of the refused load)."""
+    ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
     theirs = ".".join(found.get("python", "?").split(".")[:2])
     if theirs != ours:
         return (

@@ -9,7 +9,6 @@ import tarfile
 
 from service.instances.envs.cache import cached_dir, file_digest
 
-
 log = logging.getLogger("trireme.envs")
 
 
