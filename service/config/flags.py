@@ -19,6 +19,7 @@ from service.config.endpoint_flags import (
 from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.ignored_flags import add_ignored_flags
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
+from service.config.repository_flags import LoadingOptions, add_repository_flags, loading_options
 from service.config.tls import TlsSettings, tls_settings
 from service.config.values import parse_bool
 
@@ -96,6 +97,7 @@ class ServerConfig:
     host_policies: dict[str, HostPolicy] = field(default_factory=dict)  # --host-policy, by name
     frontend_processes: int = 1  # --frontend-processes: N >= 2 front-end processes over one core process
     argv: list[str] = field(default_factory=list)  # the flags as given (front-end processes parse the same)
+    loading: LoadingOptions = field(default_factory=LoadingOptions)  # load threads/retries, namespacing, agents
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_placement_flags(p)
     add_frontend_flags(p)
     add_openai_flags(p)
+    add_repository_flags(p)
     add_cli_flags(p)
     add_ignored_flags(p)
     return p
@@ -362,6 +365,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
         parser.error(f"--frontend-processes must be 1 or more, got {n}")
     config.frontend_processes = n
     config.argv = list(argv)
+    config.loading = loading_options(args, parser)
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True

@@ -24,7 +24,9 @@ from service.core.observability.summaries import SummaryWindow
 from service.core.repository import model_config as cfg
 from service.core.repository.autocomplete import run_auto_complete
 from service.core.repository.backend_directory import PYTHON_BASED_RUNTIME, backend_folder
+from service.config.repository_flags import LoadingOptions
 from service.core.repository.instance_plan import instance_specs, update_instances, without_instances
+from service.core.repository.loading.slots import LoadSlots
 from service.core.repository.model_version import (
     LOADING,
     READY,
@@ -66,6 +68,7 @@ class RepositoryOptions:
     unload_timeout_s: float = 30.0  # how long an unload (or a replaced version) waits for in-flight requests
     backend_directory: str = ""  # --backend-directory: where Python-based backends are found (DIR/<name>/model.py)
     host_policies: dict[str, HostPolicy] = field(default_factory=dict)  # --host-policy, by name
+    loading: LoadingOptions = field(default_factory=LoadingOptions)  # load threads and retries, namespacing, agents
     # called with every worker process started (BLS server: routes the worker's BLS messages)
     attach_worker: Callable[[Any], None] | None = None
 
@@ -94,6 +97,7 @@ class ModelRepository:
         self.models: dict[str, ModelEntry] = {}
         self.load_barrier = LoadBarrier()  # ensembles load after the models their steps use
         self._leaving: set[ModelVersion] = set()  # versions out of routing, draining (stopped by stop() too)
+        self.slots = LoadSlots(options.loading.load_thread_count, options.loading.load_retry_count)
 
     def scan(self) -> dict[str, str]:
         """Model name -> model directory across all repositories (blocking)."""
@@ -235,6 +239,12 @@ class ModelRepository:
         return plan
 
     async def _start_version(
+        self, entry: ModelEntry, config: mc.ModelConfig, version: int, files: ModelFiles
+    ) -> ModelVersion:
+        what = f"'{entry.name}' version {version}"
+        return await self.slots.run(partial(self._create_version, entry, config, version, files), what)
+
+    async def _create_version(
         self, entry: ModelEntry, config: mc.ModelConfig, version: int, files: ModelFiles
     ) -> ModelVersion:
         log.info("loading: %s:%d", entry.name, version)
