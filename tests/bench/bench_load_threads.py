@@ -30,7 +30,11 @@ class TritonPythonModel:
         time.sleep(1.0)  # a model that takes a second to set up (weights, a warm cache, ...)
 
     def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+        return out
 """
 
 

@@ -20,11 +20,11 @@ from typing import Any
 
 from protos import model_config_pb2 as mc
 from service.config.host_policy import HostPolicy
+from service.config.repository_flags import LoadingOptions
 from service.core.observability.summaries import SummaryWindow
 from service.core.repository import model_config as cfg
 from service.core.repository.autocomplete import run_auto_complete
 from service.core.repository.backend_directory import PYTHON_BASED_RUNTIME, backend_folder
-from service.config.repository_flags import LoadingOptions
 from service.core.repository.instance_plan import instance_specs, update_instances, without_instances
 from service.core.repository.loading.slots import LoadSlots
 from service.core.repository.model_version import (
