@@ -63,3 +63,9 @@ class ModelEntry:
     seen: ModelFiles | None = None  # the files at the last load attempt (poll mode reloads when they change)
     model_files: tuple[Any, ...] = ()  # files outside version folders (labels, ...) of the serving versions
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one load / unload of this model at a time
+    location: str = ""  # where the current load reads the model from (a repository agent's folder), "" = model_dir
+
+    @property
+    def load_dir(self) -> str:
+        """The folder versions are loaded from: a repository agent's location, else the model's folder."""
+        return self.location or self.model_dir

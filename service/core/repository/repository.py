@@ -23,6 +23,7 @@ from service.config.host_policy import HostPolicy
 from service.config.repository_flags import LoadingOptions
 from service.core.observability.summaries import SummaryWindow
 from service.core.repository import model_config as cfg
+from service.core.repository.agents.chain import RepoAgents
 from service.core.repository.autocomplete import run_auto_complete
 from service.core.repository.backend_directory import PYTHON_BASED_RUNTIME, backend_folder
 from service.core.repository.instance_plan import instance_specs, update_instances, without_instances
@@ -98,6 +99,7 @@ class ModelRepository:
         self.load_barrier = LoadBarrier()  # ensembles load after the models their steps use
         self._leaving: set[ModelVersion] = set()  # versions out of routing, draining (stopped by stop() too)
         self.slots = LoadSlots(options.loading.load_thread_count, options.loading.load_retry_count)
+        self.agents = RepoAgents(options.loading.repoagent_directory)  # model_repository_agents
 
     def scan(self) -> dict[str, str]:
         """Model name -> model directory across all repositories (blocking)."""
@@ -152,6 +154,7 @@ class ModelRepository:
             config, chosen = await self._prepare_config(entry, override)
         except ServiceError as e:
             log.error("failed to load '%s': %s", entry.name, e.message)
+            await self.agents.run(self.agents.finish_load, entry.name, False)
             if serving:  # the serving versions stay; the error shows on them
                 entry.state = READY
                 for mv in serving.values():
@@ -169,7 +172,7 @@ class ModelRepository:
         plan = self._plan(entry, config, chosen, serving, files)
         for v in plan.start:
             if v not in serving:  # a new version shows LOADING while it starts
-                entry.versions[v] = ModelVersion(entry.name, v, entry.model_dir, config)
+                entry.versions[v] = ModelVersion(entry.name, v, entry.load_dir, config)
         started = await asyncio.gather(*(self._start_version(entry, config, v, files) for v in plan.start))
         updated = await asyncio.gather(
             *(
@@ -209,6 +212,8 @@ class ModelRepository:
         if not errors:
             log.info("successfully loaded '%s'", entry.name)
         await asyncio.gather(*(self._retire(mv) for mv in [*replaced, *plan.leave]))
+        ok = all(mv.state == READY for mv in started)
+        await self.agents.run(self.agents.finish_load, entry.name, ok, bool(started))
         return "", errors
 
     def _plan(
@@ -248,7 +253,7 @@ class ModelRepository:
         self, entry: ModelEntry, config: mc.ModelConfig, version: int, files: ModelFiles
     ) -> ModelVersion:
         log.info("loading: %s:%d", entry.name, version)
-        mv = ModelVersion(entry.name, version, entry.model_dir, config, files=files.versions.get(version, ()))
+        mv = ModelVersion(entry.name, version, entry.load_dir, config, files=files.versions.get(version, ()))
         mv.signature = build_signature(config)
         mv.stats.decoupled = mv.decoupled
         if self.options.summaries:
@@ -319,25 +324,27 @@ class ModelRepository:
         self, entry: ModelEntry, override: mc.ModelConfig | None
     ) -> tuple[mc.ModelConfig, list[int]]:
         loop = asyncio.get_running_loop()
-        versions = await loop.run_in_executor(None, numeric_versions, entry.model_dir)
         if override is not None:
             config, path, exists = override, os.path.join(entry.model_dir, "config.pbtxt"), True
         else:
             config, path, exists = await loop.run_in_executor(
                 None, cfg.read_config, entry.model_dir, self.options.model_config_name
             )
-        cfg.fill_backend(config, entry.model_dir, versions)
+        # repository agents see the config as written, and may move the model (entry.load_dir)
+        entry.location = await self.agents.run(self.agents.load, entry.name, entry.model_dir, config)
+        versions = await loop.run_in_executor(None, numeric_versions, entry.load_dir)
+        cfg.fill_backend(config, entry.load_dir, versions)
         backend_dir = self._backend_dir(config)
         if backend_dir:
             config.runtime = PYTHON_BASED_RUNTIME
         if self.options.auto_complete and config.backend and versions:
             config = await run_auto_complete(
                 config,
-                entry.model_dir,
-                os.path.join(entry.model_dir, str(versions[-1])),
+                entry.load_dir,
+                os.path.join(entry.load_dir, str(versions[-1])),
                 exists,
                 backend_dir,
-                await self._exec_env(config, entry.model_dir, versions[-1]),
+                await self._exec_env(config, entry.load_dir, versions[-1]),
             )
         elif not exists:
             raise cfg.config_error(path, "model configuration file is missing and auto-complete is disabled")
@@ -364,7 +371,9 @@ class ModelRepository:
             for mv in leaving:
                 mv.state = UNLOADING
             entry.state = UNLOADING if leaving else entry.state
+            await self.agents.run(self.agents.unload_begin, name)
             await asyncio.gather(*(self._retire(mv) for mv in leaving))
+            await self.agents.run(self.agents.unload_end, name)
             for mv in entry.versions.values():
                 mv.state, mv.reason = UNAVAILABLE, UNLOADED
             entry.state = UNAVAILABLE if entry.versions else ""
@@ -412,6 +421,7 @@ class ModelRepository:
         """Unload everything."""
         mvs = {mv for e in self.models.values() for mv in e.versions.values()} | self._leaving
         await asyncio.gather(*(self._stop_version(mv) for mv in mvs), return_exceptions=True)
+        await self.agents.run(self.agents.unload_all)
 
     # ---- lookup -----------------------------------------------------------------------------------------
     def ready_versions(self) -> list[tuple[dict[str, str], ModelVersion]]:
