@@ -27,6 +27,7 @@ from service.core.repository.agents.chain import RepoAgents
 from service.core.repository.autocomplete import run_auto_complete
 from service.core.repository.backend_directory import PYTHON_BASED_RUNTIME, backend_folder
 from service.core.repository.instance_plan import instance_specs, update_instances, without_instances
+from service.core.repository.loading.namespaces import ambiguous, resolve_steps, scan_namespaced
 from service.core.repository.loading.slots import LoadSlots
 from service.core.repository.model_version import (
     LOADING,
@@ -100,17 +101,29 @@ class ModelRepository:
         self._leaving: set[ModelVersion] = set()  # versions out of routing, draining (stopped by stop() too)
         self.slots = LoadSlots(options.loading.load_thread_count, options.loading.load_retry_count)
         self.agents = RepoAgents(options.loading.repoagent_directory)  # model_repository_agents
+        self.shared: dict[str, list[str]] = {}  # --model-namespacing: name -> keys of the models sharing it
 
     def scan(self) -> dict[str, str]:
-        """Model name -> model directory across all repositories (blocking)."""
-        return scan_repositories(self.paths)
+        """Model key -> model directory across all repositories (blocking). The key is the model's name, or with
+        --model-namespacing, its folder when several repositories hold that name (loading/namespaces.py)."""
+        if not self.options.loading.namespacing:
+            return scan_repositories(self.paths)
+        found, self.shared = scan_namespaced(self.paths)
+        return found
+
+    def entry(self, name: str) -> ModelEntry | None:
+        """The model of that name (None: unknown); Triton's ambiguity error for a name several namespaces hold."""
+        found = self.models.get(name)
+        if found is None and name in self.shared:
+            raise ambiguous(name, self.shared[name])
+        return found
 
     async def load_all(self, only: list[str] | None = None) -> None:
         """Scan and load every model (or only the named ones), concurrently."""
         found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
         for name, path in found.items():
-            self.models.setdefault(name, ModelEntry(name, path))
-        names = [n for n in found if only is None or n in only]
+            self.models.setdefault(name, ModelEntry(os.path.basename(path), path))
+        names = [n for n in found if only is None or self.models[n].name in only]
         for n in names:  # LOADING before any load starts, so an ensemble loading beside them waits for them
             entry = self.models[n]
             if not any(mv.state == READY for mv in entry.versions.values()):
@@ -131,17 +144,23 @@ class ModelRepository:
         if entry is None:
             if not found_path:
                 found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
+                if name not in found and name in self.shared:  # load every model of that name
+                    return await self._load_shared(name, config_override)
                 if name not in found:
                     raise ServiceError(
                         ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
                     )
                 found_path = found[name]
-            entry = self.models.setdefault(name, ModelEntry(name, found_path))
+            entry = self.models.setdefault(name, ModelEntry(os.path.basename(found_path), found_path))
         async with entry.lock:
             try:
                 return await self._load_locked(entry, config_override)
             finally:
                 self.load_barrier.notify()
+
+    async def _load_shared(self, name: str, override: mc.ModelConfig | None) -> tuple[str, list[str]]:
+        results = await asyncio.gather(*(self.load(key, override, key) for key in self.shared[name]))
+        return "; ".join(c for c, _ in results if c), [e for _, errors in results for e in errors]
 
     async def _load_locked(self, entry: ModelEntry, override: mc.ModelConfig | None) -> tuple[str, list[str]]:
         loop = asyncio.get_running_loop()
@@ -154,7 +173,7 @@ class ModelRepository:
             config, chosen = await self._prepare_config(entry, override)
         except ServiceError as e:
             log.error("failed to load '%s': %s", entry.name, e.message)
-            await self.agents.run(self.agents.finish_load, entry.name, False)
+            await self.agents.run(self.agents.finish_load, entry.model_dir, False)
             if serving:  # the serving versions stay; the error shows on them
                 entry.state = READY
                 for mv in serving.values():
@@ -213,7 +232,7 @@ class ModelRepository:
             log.info("successfully loaded '%s'", entry.name)
         await asyncio.gather(*(self._retire(mv) for mv in [*replaced, *plan.leave]))
         ok = all(mv.state == READY for mv in started)
-        await self.agents.run(self.agents.finish_load, entry.name, ok, bool(started))
+        await self.agents.run(self.agents.finish_load, entry.model_dir, ok, bool(started))
         return "", errors
 
     def _plan(
@@ -351,6 +370,7 @@ class ModelRepository:
         cfg.normalize(config, entry.name, self.options.gpu_count)
         cfg.validate(config, entry.name, path)
         if config.platform == "ensemble":
+            resolve_steps(config, entry.model_dir, self.shared)
             return config, [1] if not versions else select_versions(config, versions)
         chosen = select_versions(config, versions)
         if not chosen:
@@ -365,15 +385,16 @@ class ModelRepository:
         """
         entry = self.models.get(name)
         if entry is None:
+            await asyncio.gather(*(self.unload(key) for key in self.shared.get(name, [])))
             return
         async with entry.lock:
             leaving = [mv for mv in entry.versions.values() if mv.state == READY]
             for mv in leaving:
                 mv.state = UNLOADING
             entry.state = UNLOADING if leaving else entry.state
-            await self.agents.run(self.agents.unload_begin, name)
+            await self.agents.run(self.agents.unload_begin, entry.model_dir)
             await asyncio.gather(*(self._retire(mv) for mv in leaving))
-            await self.agents.run(self.agents.unload_end, name)
+            await self.agents.run(self.agents.unload_end, entry.model_dir)
             for mv in entry.versions.values():
                 mv.state, mv.reason = UNAVAILABLE, UNLOADED
             entry.state = UNAVAILABLE if entry.versions else ""
@@ -436,6 +457,8 @@ class ModelRepository:
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The version a request targets; Triton's NOT_FOUND / UNAVAILABLE errors otherwise."""
         entry = self.models.get(name)
+        if entry is None and name in self.shared:
+            raise ambiguous(name, self.shared[name])
         if entry is None or (not entry.versions and not entry.error):
             raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
         if version:

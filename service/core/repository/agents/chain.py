@@ -40,7 +40,7 @@ _Chain = list[tuple[Any, AgentModel]]
 
 
 class RepoAgents:
-    """The server's agents and, per model, the chain of the load that serves."""
+    """The server's agents and, per model folder, the chain of the load that serves."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
@@ -86,13 +86,13 @@ class RepoAgents:
                 model.release()
             raise
         if chain:
-            self._pending[model_name] = chain
+            self._pending[model_dir] = chain
         return location
 
-    def finish_load(self, model_name: str, ok: bool, replace: bool = True) -> None:
+    def finish_load(self, model_dir: str, ok: bool, replace: bool = True) -> None:
         """LOAD_COMPLETE / LOAD_FAIL in reverse order; a completed chain replaces the one that served before
         (replace=False: nothing new started from it, e.g. an unchanged model: it is unloaded at once)."""
-        chain = self._pending.pop(model_name, None)
+        chain = self._pending.pop(model_dir, None)
         if chain is None:
             return
         for agent, model in reversed(chain):
@@ -105,19 +105,19 @@ class RepoAgents:
             _unload_begin(chain)
             _unload_end(chain)
             return
-        previous = self._serving.pop(model_name, None)
-        self._serving[model_name] = chain
+        previous = self._serving.pop(model_dir, None)
+        self._serving[model_dir] = chain
         if previous:
             _unload_begin(previous)
             _unload_end(previous)
 
-    def unload_begin(self, model_name: str) -> None:
+    def unload_begin(self, model_dir: str) -> None:
         """UNLOAD in order (before the model's versions stop)."""
-        _unload_begin(self._serving.get(model_name, []))
+        _unload_begin(self._serving.get(model_dir, []))
 
-    def unload_end(self, model_name: str) -> None:
+    def unload_end(self, model_dir: str) -> None:
         """UNLOAD_COMPLETE in reverse order (after they stopped); the agents' folders are removed."""
-        _unload_end(self._serving.pop(model_name, []))
+        _unload_end(self._serving.pop(model_dir, []))
 
     def unload_all(self) -> None:
         """Server shutdown: every serving chain is unloaded."""
