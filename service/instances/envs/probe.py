@@ -13,8 +13,10 @@ import hashlib
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy
 
@@ -49,7 +51,8 @@ def interpreter(env_dir: str) -> str:
 
 def clean_env(env_dir: str) -> dict[str, str]:
     """What `source bin/activate` would set (and nothing of the server's own Python setup)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH", "CONDA_PREFIX")}
+    dropped = ("PYTHONHOME", "PYTHONPATH", "CONDA_PREFIX", "VIRTUAL_ENV")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PATH"] = os.path.join(env_dir, "bin") + os.pathsep + env.get("PATH", "")
     env["LD_LIBRARY_PATH"] = os.path.join(env_dir, "lib") + (
         os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else ""
@@ -107,17 +110,14 @@ def worker_deps() -> str:
         paths.append(os.path.dirname(file) if os.path.basename(file) == "__init__.py" else file)
     key = hashlib.sha256("\n".join([sys.version, *paths]).encode()).hexdigest()[:24]
     folder = os.path.join(cache_root(), "worker-deps", key)
-    if not os.path.isdir(folder):
-        tmp = f"{folder}.{os.getpid()}"
-        os.makedirs(tmp, exist_ok=True)
-        for path in paths:
-            link = os.path.join(tmp, os.path.basename(path))
-            if not os.path.lexists(link):
-                os.symlink(path, link)
-        try:
-            os.rename(tmp, folder)
-        except OSError:  # another server made it first
-            for entry in os.listdir(tmp):
-                os.unlink(os.path.join(tmp, entry))
-            os.rmdir(tmp)
+    if os.path.isdir(folder):
+        return folder
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{key}-", dir=os.path.dirname(folder))
+    for path in paths:
+        os.symlink(path, os.path.join(tmp, os.path.basename(path)))
+    try:
+        os.rename(tmp, folder)
+    except OSError:  # another thread or server made it first
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
