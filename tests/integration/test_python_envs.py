@@ -131,6 +131,8 @@ def test_packed_and_unpacked_environments(tmp_path: Path, packed_env: Path, env_
         MODEL,
     )
     write_model(repo, "camel_plain", CONFIG.format(name="camel_plain", params=""), MODEL)  # the server's env
+    inproc = _param("EXECUTION_ENV_PATH", str(packed_env)) + "\n" + _param("TRIREME_INSTANCE_MODE", "in_process")
+    write_model(repo, "camel_inproc", CONFIG.format(name="camel_inproc", params=inproc), MODEL)
 
     server = start_server([repo], ["--exit-on-error=false"])
     client = grpcclient.InferenceServerClient(server.url)
@@ -145,6 +147,7 @@ def test_packed_and_unpacked_environments(tmp_path: Path, packed_env: Path, env_
     assert f"Failed to get the canonical path for {missing}." in _reason(client, "camel_missing")
     assert not client.is_model_ready("camel_plain")  # inflection is not in the server's environment
     assert "inflection" in _reason(client, "camel_plain")
+    assert "an in-process instance runs in the server's Python" in _reason(client, "camel_inproc")
     assert len(os.listdir(env_cache / "packed")) == 2  # one environment (+ its lock file)
     assert server.log().count("unpacked the Python execution environment") == 1
     client.close()
