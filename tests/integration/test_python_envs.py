@@ -131,6 +131,13 @@ def test_packed_and_unpacked_environments(tmp_path: Path, packed_env: Path, env_
         MODEL,
     )
     write_model(repo, "camel_plain", CONFIG.format(name="camel_plain", params=""), MODEL)  # the server's env
+    corrupt = write_model(
+        repo,
+        "camel_corrupt",
+        CONFIG.format(name="camel_corrupt", params=_param("EXECUTION_ENV_PATH", "$$TRITON_MODEL_DIRECTORY/env.tar.gz")),
+        MODEL,
+    )
+    (corrupt / "env.tar.gz").write_bytes(packed_env.read_bytes()[:4096])  # a truncated download
     inproc = _param("EXECUTION_ENV_PATH", str(packed_env)) + "\n" + _param("TRIREME_INSTANCE_MODE", "in_process")
     write_model(repo, "camel_inproc", CONFIG.format(name="camel_inproc", params=inproc), MODEL)
 
@@ -148,7 +155,10 @@ def test_packed_and_unpacked_environments(tmp_path: Path, packed_env: Path, env_
     assert not client.is_model_ready("camel_plain")  # inflection is not in the server's environment
     assert "inflection" in _reason(client, "camel_plain")
     assert "an in-process instance runs in the server's Python" in _reason(client, "camel_inproc")
-    assert len(os.listdir(env_cache / "packed")) == 2  # one environment (+ its lock file)
+    reason = _reason(client, "camel_corrupt")
+    assert f"Failed to extract the Python execution environment {corrupt / 'env.tar.gz'}" in reason
+    folders = [p for p in os.listdir(env_cache / "packed") if not p.endswith(".lock")]
+    assert len(folders) == 1  # one environment for both archives; nothing of the corrupt one is kept
     assert server.log().count("unpacked the Python execution environment") == 1
     client.close()
     server.stop()
@@ -166,6 +176,10 @@ def test_requirements_environment(tmp_path: Path, env_cache: Path, start_server)
     for name in ("req_a", "req_b"):
         model = write_model(repo, name, CONFIG.format(name=name, params=_param("TRIREME_REQUIREMENTS", "true")), MODEL)
         (model / "1" / "requirements.txt").write_text(f"{EXTRA}\n")
+    unknown = write_model(
+        repo, "req_unknown", CONFIG.format(name="req_unknown", params=_param("TRIREME_REQUIREMENTS", "true")), MODEL
+    )
+    (unknown / "1" / "requirements.txt").write_text("trireme-no-such-package-x7q==0.0.1\n")
     old = write_model(
         repo, "old_numpy", CONFIG.format(name="old_numpy", params=_param("TRIREME_REQUIREMENTS", "true")), MODEL
     )
@@ -179,6 +193,8 @@ def test_requirements_environment(tmp_path: Path, env_cache: Path, start_server)
     assert not client.is_model_ready("old_numpy")
     reason = _reason(client, "old_numpy")
     assert "has numpy 1." in reason and f"the environment's numpy must be {np.__version__.split('.')[0]}.x" in reason
+    reason = _reason(client, "req_unknown")
+    assert "failed to build the Python environment of" in reason and "trireme-no-such-package-x7q" in reason
     assert server.log().count("built the Python environment of") == 2  # req_a/req_b once, old_numpy once
     client.close()
     server.stop()
