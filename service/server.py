@@ -103,6 +103,7 @@ class Server:
             arena_growth_bytes=config.arena_growth_bytes,
             backend_directory=config.backend_directory,
             host_policies=config.host_policies,
+            loading=config.loading,
         )
         self.metrics_config = parse_metrics_config(config.metrics_config)
         options.summaries = config.allow_metrics and self.metrics_config.summary_latencies

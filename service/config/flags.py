@@ -29,6 +29,7 @@ from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.ignored_flags import add_ignored_flags
 from service.config.log_flags import add_log_flags
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
+from service.config.repository_flags import LoadingOptions, add_repository_flags, loading_options
 from service.config.tls import TlsSettings, tls_settings
 from service.config.values import parse_bool
 
@@ -110,6 +111,7 @@ class ServerConfig:
     vertex_ai: VertexAiOptions = field(default_factory=VertexAiOptions)  # --allow-vertex-ai (docs/vertex_ai.md)
     log_file: str = ""  # --log-file ("": stderr)
     log_format: str = ""  # --log-format: default | ISO8601 | json ("": Python's layout; docs/logging.md)
+    loading: LoadingOptions = field(default_factory=LoadingOptions)  # load threads/retries, namespacing, agents
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -271,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_placement_flags(p)
     add_frontend_flags(p)
     add_openai_flags(p)
+    add_repository_flags(p)
     add_cli_flags(p)
     add_cloud_flags(p)
     add_log_flags(p)
@@ -382,6 +385,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
     _cloud(parser, args, argv, config)
     config.log_file, config.log_format = args.log_file, args.log_format
     apply_grpc_flags(config.grpc, args)
+    config.loading = loading_options(args, parser)
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True

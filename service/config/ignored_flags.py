@@ -9,9 +9,6 @@ import argparse
 IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--allow-grpc": "serve the gRPC endpoint (Trireme always does)",
     "--grpc-infer-allocation-pool-size": "gRPC inference request objects kept for reuse",
-    "--model-load-thread-count": "threads that load models",
-    "--model-load-retry-count": "retries of a failed model load",
-    "--model-namespacing": "models of the same name in different repositories",
     "--model-load-gpu-limit": "GPU memory share at which model loading stops",
     "--enable-peer-access": "CUDA peer access between GPUs",
     "--pinned-memory-pool-byte-size": "size of the pinned host memory pool",
@@ -22,7 +19,6 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--rate-limit": "rate limiter mode (off, execution_count)",
     "--rate-limit-resource": "a resource of the rate limiter (name:count:device)",
     "--cache-directory": "directory of cache implementations",
-    "--repoagent-directory": "directory of repository agents",
     "--log-info": "log INFO messages (Trireme: always on)",
     "--log-warning": "log WARNING messages (Trireme: always on)",
     "--log-error": "log ERROR messages (Trireme: always on)",

@@ -220,7 +220,7 @@ class Engine:
 
         Ready also needs every instance's own readiness check to agree (a Python model's optional
         is_model_ready(), asked on each probe with a 5 s limit, as Triton does); inference is not affected."""
-        entry = self.repository.models.get(name)
+        entry = self.repository.entry(name)
         if entry is None:
             raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
         try:
@@ -281,7 +281,7 @@ class Engine:
                 for v, mv in sorted(e.versions.items())
                 if mv.state == READY
             ]
-        entry = self.repository.models.get(name)
+        entry = self.repository.entry(name)
         ready = {v: mv for v, mv in (entry.versions.items() if entry else []) if mv.state == READY}
         if not ready:
             raise ServiceError(ErrorCode.INVALID_ARG, f"requested model '{name}' is not available")

@@ -128,7 +128,7 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
     async def _spawn(self, loop: asyncio.AbstractEventLoop) -> None:
         spec = self.spec
         title = {"model": spec.model_name, "version": spec.model_version, "instance": spec.instance_name}
-        self.proc, parent_sock, self.cancel_sock = await spawn_worker(spec.env, title)
+        self.proc, parent_sock, self.cancel_sock = await spawn_worker(spec.env, title, spec.python)
         self._startup = loop.create_future()
         self.transport, _ = await loop.create_unix_connection(lambda: _WorkerProtocol(self), sock=parent_sock)
 

@@ -10,21 +10,23 @@ from service.ipc.launch import fds_env, worker_command
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for a worker: ours, plus the repo root on PYTHONPATH so `service` imports anywhere."""
+    """Environment for a worker: ours (with `extra` on top), plus the repo root in front of PYTHONPATH so
+    `service` imports anywhere (an execution environment's `extra` replaces the server's PYTHONPATH)."""
     env = dict(os.environ)
+    if extra:
+        env.update(extra)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OMP_NUM_THREADS", "1")
-    if extra:
-        env.update(extra)
     return env
 
 
 async def spawn_worker(
-    env: dict[str, str], title: dict[str, str]
+    env: dict[str, str], title: dict[str, str], python: str = ""
 ) -> tuple[asyncio.subprocess.Process, socket.socket, socket.socket]:
     """Start `python -m service.worker.main model=.. version=.. instance=..` (`title`: what ps shows; the socket
-    descriptors go in the environment): (process, frame socket, non-blocking cancel socket)."""
+    descriptors go in the environment; `python`: an execution environment's interpreter, "" for ours):
+    (process, frame socket, non-blocking cancel socket)."""
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     # Cancel frames get their own socket: a worker thread blocks on it, so a running execute() sees
     # is_cancelled() without anything waking up on the hot path.
@@ -33,7 +35,7 @@ async def spawn_worker(
     try:
         fds = [child_sock.fileno(), cancel_child.fileno()]
         proc = await asyncio.create_subprocess_exec(
-            *worker_command(title),
+            *worker_command(title, python),
             pass_fds=fds,
             env=worker_env({**env, **fds_env(fds)}),
             stdin=asyncio.subprocess.DEVNULL,

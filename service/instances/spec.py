@@ -31,3 +31,4 @@ class InstanceSpec:
     # called with every WorkerProcess made from this spec (restarts too), e.g. to add message_handlers (BLS)
     attach: Callable[[Any], None] | None = None
     backend_dir: str = ""  # a Python-based backend's folder (DIR/<name> of --backend-directory); "" = built-in
+    python: str = ""  # the interpreter of the model's execution environment (envs/); "" = the server's

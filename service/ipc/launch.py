@@ -14,9 +14,10 @@ WORKER_MODULE = "service.worker.main"
 FDS_ENV = "TRIREME_WORKER_FDS"  # "<channel fd>[,<cancel fd>]"
 
 
-def worker_command(title: dict[str, str]) -> list[str]:
-    """argv of a worker: this interpreter running the worker module, then `key=value` words naming it."""
-    return [sys.executable, "-m", WORKER_MODULE, *(f"{key}={value}" for key, value in title.items())]
+def worker_command(title: dict[str, str], python: str = "") -> list[str]:
+    """argv of a worker: this interpreter (or an execution environment's) running the worker module, then
+    `key=value` words naming it."""
+    return [python or sys.executable, "-m", WORKER_MODULE, *(f"{key}={value}" for key, value in title.items())]
 
 
 def fds_env(fds: list[int]) -> dict[str, str]:

@@ -9,6 +9,7 @@ import socket
 from protos import model_config_pb2 as mc
 from service.core.repository import model_config as cfg
 from service.errors import ErrorCode, ServiceError
+from service.instances.envs.prepare import ExecEnv
 from service.instances.spawn import worker_env
 from service.ipc import frames as ipc
 from service.ipc.launch import fds_env, worker_command
@@ -40,11 +41,17 @@ def needs_auto_complete(config: mc.ModelConfig, version_dir: str, backend_dir: s
 
 
 async def run_auto_complete(
-    config: mc.ModelConfig, model_dir: str, version_dir: str, config_file_exists: bool, backend_dir: str = ""
+    config: mc.ModelConfig,
+    model_dir: str,
+    version_dir: str,
+    config_file_exists: bool,
+    backend_dir: str = "",
+    exec_env: ExecEnv | None = None,
 ) -> mc.ModelConfig:
     """The config completed by the model's backend; unchanged when the backend has nothing to add.
 
-    `backend_dir`: the folder of the model's Python-based backend ("" for a built-in backend).
+    `backend_dir`: the folder of the model's Python-based backend ("" for a built-in backend); `exec_env`: the
+    model's execution environment (the model's imports resolve there, as its workers' do).
     """
     loop = asyncio.get_running_loop()
     if not await loop.run_in_executor(None, needs_auto_complete, config, version_dir, backend_dir):
@@ -59,9 +66,9 @@ async def run_auto_complete(
     try:
         title = {"model": os.path.basename(model_dir), "version": os.path.basename(version_dir)}
         proc = await asyncio.create_subprocess_exec(
-            *worker_command({**title, "task": "auto-complete"}),
+            *worker_command({**title, "task": "auto-complete"}, exec_env.python if exec_env else ""),
             pass_fds=(child.fileno(),),
-            env=worker_env(fds_env([child.fileno()])),
+            env=worker_env({**(exec_env.env if exec_env else {}), **fds_env([child.fileno()])}),
             stdin=asyncio.subprocess.DEVNULL,
             # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
             # kill workers behind the server's back; the server stops them, or they exit on EOF

@@ -33,6 +33,7 @@ class ModelVersion:
     scheduler: Scheduler | None = None
     stats: ModelStats = field(default_factory=ModelStats)
     files: tuple[Any, ...] = ()  # the version folder's files when it was loaded (change detection)
+    exec_env: Any = None  # the Python execution environment its workers run in (instances/envs), None = ours
 
     @property
     def decoupled(self) -> bool:
@@ -63,3 +64,9 @@ class ModelEntry:
     model_files: tuple[Any, ...] = ()  # files outside version folders (labels, ...) of the serving versions
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one load / unload of this model at a time
     from_request: bool = False  # model_dir holds files a load request sent (ModelFileDirs), not a repository's
+    location: str = ""  # where the current load reads the model from (a repository agent's folder), "" = model_dir
+
+    @property
+    def load_dir(self) -> str:
+        """The folder versions are loaded from: a repository agent's location, else the model's folder."""
+        return self.location or self.model_dir

@@ -20,11 +20,13 @@ from typing import Any
 
 from protos import model_config_pb2 as mc
 from service.config.host_policy import HostPolicy
+from service.config.repository_flags import LoadingOptions
 from service.core.observability.summaries import SummaryWindow
-from service.core.repository import model_config as cfg
-from service.core.repository.autocomplete import run_auto_complete
-from service.core.repository.backend_directory import PYTHON_BASED_RUNTIME, backend_folder
-from service.core.repository.instance_plan import instance_specs, update_instances, without_instances
+from service.core.repository.agents.chain import RepoAgents
+from service.core.repository.instance_plan import update_instances, without_instances
+from service.core.repository.loading.namespaces import ambiguous, scan_namespaced
+from service.core.repository.loading.preparation import ConfigPreparation
+from service.core.repository.loading.slots import LoadSlots
 from service.core.repository.model_version import (
     LOADING,
     READY,
@@ -36,7 +38,7 @@ from service.core.repository.model_version import (
 )
 from service.core.repository.signature import parse_version
 from service.core.repository.snapshots import ModelFiles, snapshot
-from service.core.repository.versions import build_signature, numeric_versions, scan_repositories, select_versions
+from service.core.repository.versions import build_signature, scan_repositories
 from service.core.repository.warmup import run_warmup
 from service.core.scheduling.ensemble import LoadBarrier
 from service.core.scheduling.ensemble_graph import step_model_names
@@ -65,6 +67,7 @@ class RepositoryOptions:
     unload_timeout_s: float = 30.0  # how long an unload (or a replaced version) waits for in-flight requests
     backend_directory: str = ""  # --backend-directory: where Python-based backends are found (DIR/<name>/model.py)
     host_policies: dict[str, HostPolicy] = field(default_factory=dict)  # --host-policy, by name
+    loading: LoadingOptions = field(default_factory=LoadingOptions)  # load threads and retries, namespacing, agents
     # called with every worker process started (BLS server: routes the worker's BLS messages)
     attach_worker: Callable[[Any], None] | None = None
 
@@ -83,8 +86,8 @@ class _Plan:
     leave: list[ModelVersion] = field(default_factory=list)  # serving versions the policy no longer selects
 
 
-class ModelRepository:
-    """Owns every model entry; loads, reloads and unloads versions."""
+class ModelRepository(ConfigPreparation):
+    """Owns every model entry; loads, reloads and unloads versions (configs and specs: loading/preparation.py)."""
 
     def __init__(self, paths: list[str], options: RepositoryOptions, scheduler_factory: SchedulerFactory) -> None:
         self.paths = paths
@@ -93,17 +96,31 @@ class ModelRepository:
         self.models: dict[str, ModelEntry] = {}
         self.load_barrier = LoadBarrier()  # ensembles load after the models their steps use
         self._leaving: set[ModelVersion] = set()  # versions out of routing, draining (stopped by stop() too)
+        self.slots = LoadSlots(options.loading.load_thread_count, options.loading.load_retry_count)
+        self.agents = RepoAgents(options.loading.repoagent_directory)  # model_repository_agents
+        self.shared: dict[str, list[str]] = {}  # --model-namespacing: name -> keys of the models sharing it
 
     def scan(self) -> dict[str, str]:
-        """Model name -> model directory across all repositories (blocking)."""
-        return scan_repositories(self.paths)
+        """Model key -> model directory across all repositories (blocking). The key is the model's name, or with
+        --model-namespacing, its folder when several repositories hold that name (loading/namespaces.py)."""
+        if not self.options.loading.namespacing:
+            return scan_repositories(self.paths)
+        found, self.shared = scan_namespaced(self.paths)
+        return found
+
+    def entry(self, name: str) -> ModelEntry | None:
+        """The model of that name (None: unknown); Triton's ambiguity error for a name several namespaces hold."""
+        found = self.models.get(name)
+        if found is None and name in self.shared:
+            raise ambiguous(name, self.shared[name])
+        return found
 
     async def load_all(self, only: list[str] | None = None) -> None:
         """Scan and load every model (or only the named ones), concurrently."""
         found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
         for name, path in found.items():
-            self.models.setdefault(name, ModelEntry(name, path))
-        names = [n for n in found if only is None or n in only]
+            self.models.setdefault(name, ModelEntry(os.path.basename(path), path))
+        names = [n for n in found if only is None or self.models[n].name in only]
         for n in names:  # LOADING before any load starts, so an ensemble loading beside them waits for them
             entry = self.models[n]
             if not any(mv.state == READY for mv in entry.versions.values()):
@@ -125,8 +142,17 @@ class ModelRepository:
         entry = self.models.get(name)
         if entry is None:
             if not (found_path or sent_dir):
-                found_path = await self._repository_path(name)
-            entry = self.models.setdefault(name, ModelEntry(name, found_path or sent_dir))
+                found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
+                if name not in found and name in self.shared:  # load every model of that name
+                    return await self._load_shared(name, config_override)
+                if name not in found:
+                    raise ServiceError(
+                        ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
+                    )
+                found_path = found[name]
+            entry = self.models.setdefault(
+                name, ModelEntry(os.path.basename(found_path), found_path) if found_path else ModelEntry(name, sent_dir)
+            )
         async with entry.lock:
             if sent_dir:
                 entry.model_dir, entry.from_request = sent_dir, True
@@ -143,6 +169,10 @@ class ModelRepository:
             raise ServiceError(ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository")
         return found[name]
 
+    async def _load_shared(self, name: str, override: mc.ModelConfig | None) -> tuple[str, list[str]]:
+        results = await asyncio.gather(*(self.load(key, override, key) for key in self.shared[name]))
+        return "; ".join(c for c, _ in results if c), [e for _, errors in results for e in errors]
+
     async def _load_locked(self, entry: ModelEntry, override: mc.ModelConfig | None) -> tuple[str, list[str]]:
         loop = asyncio.get_running_loop()
         files = await loop.run_in_executor(None, snapshot, entry.model_dir)
@@ -154,6 +184,7 @@ class ModelRepository:
             config, chosen = await self._prepare_config(entry, override)
         except ServiceError as e:
             log.error("failed to load '%s': %s", entry.name, e.message, extra={"model": entry.name})
+            await self.agents.run(self.agents.finish_load, entry.model_dir, False)
             if serving:  # the serving versions stay; the error shows on them
                 entry.state = READY
                 for mv in serving.values():
@@ -171,7 +202,7 @@ class ModelRepository:
         plan = self._plan(entry, config, chosen, serving, files)
         for v in plan.start:
             if v not in serving:  # a new version shows LOADING while it starts
-                entry.versions[v] = ModelVersion(entry.name, v, entry.model_dir, config)
+                entry.versions[v] = ModelVersion(entry.name, v, entry.load_dir, config)
         started = await asyncio.gather(*(self._start_version(entry, config, v, files) for v in plan.start))
         updated = await asyncio.gather(
             *(
@@ -211,6 +242,8 @@ class ModelRepository:
         if not errors:
             log.info("successfully loaded '%s'", entry.name, extra={"model": entry.name})
         await asyncio.gather(*(self._retire(mv) for mv in [*replaced, *plan.leave]))
+        ok = all(mv.state == READY for mv in started)
+        await self.agents.run(self.agents.finish_load, entry.model_dir, ok, bool(started))
         return "", errors
 
     def _plan(
@@ -243,8 +276,14 @@ class ModelRepository:
     async def _start_version(
         self, entry: ModelEntry, config: mc.ModelConfig, version: int, files: ModelFiles
     ) -> ModelVersion:
+        what = f"'{entry.name}' version {version}"
+        return await self.slots.run(partial(self._create_version, entry, config, version, files), what)
+
+    async def _create_version(
+        self, entry: ModelEntry, config: mc.ModelConfig, version: int, files: ModelFiles
+    ) -> ModelVersion:
         log.info("loading: %s:%d", entry.name, version, extra={"model": entry.name})
-        mv = ModelVersion(entry.name, version, entry.model_dir, config, files=files.versions.get(version, ()))
+        mv = ModelVersion(entry.name, version, entry.load_dir, config, files=files.versions.get(version, ()))
         mv.signature = build_signature(config)
         mv.stats.decoupled = mv.decoupled
         if self.options.summaries:
@@ -252,6 +291,7 @@ class ModelRepository:
         started = time.monotonic()
         try:
             pool = None
+            mv.exec_env = await self._exec_env(config, mv.model_dir, version)
             if config.platform != "ensemble":
                 pool = InstancePool(self._instance_specs(mv, config))
                 await pool.start()
@@ -278,59 +318,6 @@ class ModelRepository:
             log.exception("failed to load '%s' version %d", entry.name, version)
         return mv
 
-    def _backend_dir(self, config: mc.ModelConfig) -> str:
-        """The folder of the model's Python-based backend, "" for a built-in one; ServiceError when unknown."""
-        if config.platform == "ensemble" or not config.backend:
-            return ""
-        return backend_folder(config.backend, self.options.backend_directory)
-
-    def _instance_specs(self, mv: ModelVersion, config: mc.ModelConfig) -> list[Any]:
-        o = self.options
-        return instance_specs(
-            config,
-            mv.name,
-            mv.version,
-            mv.model_dir,
-            o.gpu_count,
-            o.arena_bytes,
-            o.log_verbose,
-            o.attach_worker,
-            arena_growth_bytes=o.arena_growth_bytes,
-            arena_reserve=o.arena_reserve,
-            backend_dir=self._backend_dir(config),
-            host_policies=o.host_policies,
-        )
-
-    async def _prepare_config(
-        self, entry: ModelEntry, override: mc.ModelConfig | None
-    ) -> tuple[mc.ModelConfig, list[int]]:
-        loop = asyncio.get_running_loop()
-        versions = await loop.run_in_executor(None, numeric_versions, entry.model_dir)
-        if override is not None:
-            config, path, exists = override, os.path.join(entry.model_dir, "config.pbtxt"), True
-        else:
-            config, path, exists = await loop.run_in_executor(
-                None, cfg.read_config, entry.model_dir, self.options.model_config_name
-            )
-        cfg.fill_backend(config, entry.model_dir, versions)
-        backend_dir = self._backend_dir(config)
-        if backend_dir:
-            config.runtime = PYTHON_BASED_RUNTIME
-        if self.options.auto_complete and config.backend and versions:
-            config = await run_auto_complete(
-                config, entry.model_dir, os.path.join(entry.model_dir, str(versions[-1])), exists, backend_dir
-            )
-        elif not exists:
-            raise cfg.config_error(path, "model configuration file is missing and auto-complete is disabled")
-        cfg.normalize(config, entry.name, self.options.gpu_count)
-        cfg.validate(config, entry.name, path)
-        if config.platform == "ensemble":
-            return config, [1] if not versions else select_versions(config, versions)
-        chosen = select_versions(config, versions)
-        if not chosen:
-            raise cfg.config_error(path, f"no version is available for model '{entry.name}' under its version policy")
-        return config, chosen
-
     # ---- unload ---------------------------------------------------------------------------------------------
     async def unload(self, name: str) -> None:
         """Unload every version of a model: new requests are refused at once, in-flight ones finish first.
@@ -339,13 +326,16 @@ class ModelRepository:
         """
         entry = self.models.get(name)
         if entry is None:
+            await asyncio.gather(*(self.unload(key) for key in self.shared.get(name, [])))
             return
         async with entry.lock:
             leaving = [mv for mv in entry.versions.values() if mv.state == READY]
             for mv in leaving:
                 mv.state = UNLOADING
             entry.state = UNLOADING if leaving else entry.state
+            await self.agents.run(self.agents.unload_begin, entry.model_dir)
             await asyncio.gather(*(self._retire(mv) for mv in leaving))
+            await self.agents.run(self.agents.unload_end, entry.model_dir)
             for mv in entry.versions.values():
                 mv.state, mv.reason = UNAVAILABLE, UNLOADED
             entry.state = UNAVAILABLE if entry.versions else ""
@@ -393,6 +383,7 @@ class ModelRepository:
         """Unload everything."""
         mvs = {mv for e in self.models.values() for mv in e.versions.values()} | self._leaving
         await asyncio.gather(*(self._stop_version(mv) for mv in mvs), return_exceptions=True)
+        await self.agents.run(self.agents.unload_all)
 
     # ---- lookup -----------------------------------------------------------------------------------------
     def ready_versions(self) -> list[tuple[dict[str, str], ModelVersion]]:
@@ -407,6 +398,8 @@ class ModelRepository:
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The version a request targets; Triton's NOT_FOUND / UNAVAILABLE errors otherwise."""
         entry = self.models.get(name)
+        if entry is None and name in self.shared:
+            raise ambiguous(name, self.shared[name])
         if entry is None or (not entry.versions and not entry.error):
             raise ServiceError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
         if version:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from protos import model_config_pb2 as mc
 from service.core.repository import model_config as cfg
-from service.core.repository.repository import numeric_versions, select_versions
+from service.core.repository.versions import numeric_versions, select_versions
 from service.errors import ErrorCode, ServiceError
 
 log = logging.getLogger("trireme.shm")

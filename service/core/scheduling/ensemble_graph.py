@@ -7,6 +7,7 @@ map value. Errors are INVALID_ARG and name the ensemble, the step (index and mod
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,12 +44,18 @@ def _error(ensemble: str, message: str) -> ServiceError:
     return ServiceError(ErrorCode.INVALID_ARG, f"ensemble '{ensemble}': {message}")
 
 
+def step_key(model_name: str, model_namespace: str) -> str:
+    """The repository key of a step's model: its name, or <namespace>/<name> when --model-namespacing resolved it
+    to one repository's model of a name several repositories hold."""
+    return os.path.join(model_namespace, model_name) if model_namespace else model_name
+
+
 def parse_steps(config: mc.ModelConfig) -> list[Step]:
     """The steps of an ensemble config, in config order."""
     return [
         Step(
             i,
-            s.model_name,
+            step_key(s.model_name, s.model_namespace),
             "" if s.model_version < 0 else str(s.model_version),
             dict(s.input_map),
             dict(s.output_map),
@@ -233,4 +240,4 @@ def _topological(steps: list[Step], produced: set[str]) -> list[Step]:
 
 def step_model_names(config: mc.ModelConfig) -> set[str]:
     """Names of the models an ensemble's steps use."""
-    return {s.model_name for s in config.ensemble_scheduling.step if s.model_name}
+    return {step_key(s.model_name, s.model_namespace) for s in config.ensemble_scheduling.step if s.model_name}

@@ -1,0 +1,2 @@
+"""How model versions are loaded beyond one plain load: load slots and retries (--model-load-thread-count,
+--model-load-retry-count) and namespaces (--model-namespacing)."""
