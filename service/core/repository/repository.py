@@ -23,8 +23,9 @@ from service.config.host_policy import HostPolicy
 from service.config.repository_flags import LoadingOptions
 from service.core.observability.summaries import SummaryWindow
 from service.core.repository.agents.chain import RepoAgents
-from service.core.repository.instance_plan import update_instances, without_instances
+from service.core.repository.instance_plan import update_instances
 from service.core.repository.loading.namespaces import ambiguous, scan_namespaced
+from service.core.repository.loading.plan import plan_load
 from service.core.repository.loading.preparation import ConfigPreparation
 from service.core.repository.loading.slots import LoadSlots
 from service.core.repository.model_version import (
@@ -73,17 +74,6 @@ class RepositoryOptions:
 
 
 SchedulerFactory = Callable[[ModelVersion, "InstancePool | None"], Scheduler]
-
-
-@dataclass(slots=True)
-class _Plan:
-    """What one (re)load does to each version."""
-
-    config: mc.ModelConfig
-    keep: dict[int, ModelVersion] = field(default_factory=dict)  # unchanged, serving
-    update: dict[int, ModelVersion] = field(default_factory=dict)  # serving; only instance groups change
-    start: list[int] = field(default_factory=list)  # new versions, or changed ones (replaced once READY)
-    leave: list[ModelVersion] = field(default_factory=list)  # serving versions the policy no longer selects
 
 
 class ModelRepository(ConfigPreparation):
@@ -199,7 +189,7 @@ class ModelRepository(ConfigPreparation):
                 step_model_names(config),
                 lambda n: n in self.models and (self.models[n].state == LOADING or self.models[n].lock.locked()),
             )
-        plan = self._plan(entry, config, chosen, serving, files)
+        plan = plan_load(entry, config, chosen, serving, files)
         for v in plan.start:
             if v not in serving:  # a new version shows LOADING while it starts
                 entry.versions[v] = ModelVersion(entry.name, v, entry.load_dir, config)
@@ -245,33 +235,6 @@ class ModelRepository(ConfigPreparation):
         ok = all(mv.state == READY for mv in started)
         await self.agents.run(self.agents.finish_load, entry.model_dir, ok, bool(started))
         return "", errors
-
-    def _plan(
-        self,
-        entry: ModelEntry,
-        config: mc.ModelConfig,
-        chosen: list[int],
-        serving: dict[int, ModelVersion],
-        files: ModelFiles,
-    ) -> _Plan:
-        plan = _Plan(config)
-        base = without_instances(config)
-        for v in chosen:
-            cur = serving.get(v)
-            if (
-                cur is None
-                or cur.files != files.versions.get(v, ())
-                or entry.model_files != files.model_level
-                or without_instances(cur.config) != base
-            ):
-                plan.start.append(v)
-            elif list(cur.config.instance_group) == list(config.instance_group) or cur.pool is None:
-                plan.keep[v] = cur
-                cur.config = config  # e.g. a new version policy
-            else:
-                plan.update[v] = cur
-        plan.leave = [mv for v, mv in serving.items() if v not in chosen]
-        return plan
 
     async def _start_version(
         self, entry: ModelEntry, config: mc.ModelConfig, version: int, files: ModelFiles
