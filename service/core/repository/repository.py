@@ -140,9 +140,9 @@ class ModelRepository(ConfigPreparation):
                         ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
                     )
                 found_path = found[name]
-            entry = self.models.setdefault(
-                name, ModelEntry(os.path.basename(found_path), found_path) if found_path else ModelEntry(name, sent_dir)
-            )
+            # a namespaced key is the model's folder (--model-namespacing): the model's name is the folder's
+            entry_name = os.path.basename(name) if os.sep in name else name
+            entry = self.models.setdefault(name, ModelEntry(entry_name, found_path or sent_dir))
         async with entry.lock:
             if sent_dir:
                 entry.model_dir, entry.from_request = sent_dir, True
