@@ -147,13 +147,20 @@ class Server:
         return ModelDictionary(self, self._model_index(exclude_not_ready))
 
     def load(self, model_name: str, parameters: dict[str, str | int | bool | bytes] | None = None) -> Model:
-        """Load (or reload) a model in EXPLICIT mode; `parameters={"config": json}` overrides its config."""
+        """Load (or reload) a model in EXPLICIT mode; `parameters={"config": json}` overrides its config, and
+        `"file:<version>/<name>": bytes` parameters send the model's files (with a config), as Triton's."""
         config = ""
+        files: dict[str, bytes] = {}
         for key, value in (parameters or {}).items():
-            if key != "config":
-                raise UnsupportedError(f"load parameter '{key}' is not supported (only 'config')")
-            config = value.decode() if isinstance(value, bytes) else str(value)
-        self._run(lambda rt: rt.engine.load_model(model_name, config))
+            if key.startswith("file:"):
+                if not isinstance(value, bytes):
+                    raise InvalidArgumentError(f"load parameter '{key}' must be bytes")
+                files[key] = value
+            elif key == "config":
+                config = value.decode() if isinstance(value, bytes) else str(value)
+            else:
+                raise UnsupportedError(f"load parameter '{key}' is not supported (only 'config' and 'file:')")
+        self._run(lambda rt: rt.engine.load_model(model_name, config, files or None))
         return self.model(model_name)
 
     def unload(
@@ -166,7 +173,7 @@ class Server:
     ) -> None:
         """Unload a model in EXPLICIT mode (its in-flight requests finish first)."""
         name = model.name if isinstance(model, Model) else model
-        self._run(lambda rt: rt.engine.unload_model(name))
+        self._run(lambda rt: rt.engine.unload_model(name, unload_dependents))
         start = time.monotonic()
         while wait_until_unloaded and (timeout is None or time.monotonic() - start < timeout):
             if not any(m.name == name and m.state == "READY" for m in self._model_index()):
