@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from service.config.grpc_transport import add_transport_flag, check_grpc_transport
 from service.config.tls import TlsSettings, add_tls_flags, bool_flag, tls_settings
 
 API_GROUP_NAMES = (
@@ -78,6 +79,7 @@ class GrpcSettings:
     tls: TlsSettings = field(default_factory=TlsSettings)
     channel_args: dict[str, int] = field(default_factory=dict)  # grpc core arguments from the keepalive flags
     stream_buffer_bytes: int = 64 << 20  # responses one ModelStreamInfer call may hold unwritten
+    transport: str = "grpcio"  # --grpc-transport: grpcio or native (frontend/grpc/transport.py)
 
 
 # help of the keepalive / connection flags (Triton's meaning; unset ones keep grpc's defaults, which are Triton's)
@@ -128,6 +130,7 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
         help="Trireme only: responses a ModelStreamInfer call may hold unwritten before the server stops reading "
         "its requests (64 MiB)",
     )
+    add_transport_flag(p)
     p.add_argument(
         "--max-inflight-requests",
         type=int,
@@ -147,11 +150,13 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
 
 def grpc_settings(args: argparse.Namespace) -> GrpcSettings:
     """GrpcSettings from the parsed flags."""
+    tls = tls_settings(args, "grpc")
     return GrpcSettings(
         restricted=list(args.grpc_restricted_protocol),
-        tls=tls_settings(args, "grpc"),
+        tls=tls,
         channel_args={
             arg: int(getattr(args, flag)) for flag, arg in GRPC_CHANNEL_FLAGS.items() if getattr(args, flag) is not None
         },
         stream_buffer_bytes=max(0, args.grpc_stream_buffer_bytes),
+        transport=check_grpc_transport(args, tls.use_ssl),
     )

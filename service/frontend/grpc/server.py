@@ -22,12 +22,12 @@ from service.frontend.grpc.handlers import (
     HEALTH_SERVICE,
     INFERENCE_SERVICE,
     HandlerFactory,
-    add_service,
     checks_unparsable,
     health_handlers,
     inference_handlers,
 )
 from service.frontend.grpc.observers import NO_OBSERVERS, infer_observers
+from service.frontend.grpc.transport import add_service, make_server
 from service.frontend.status import GRPC_STATUS
 from service.ipc import stagetrace
 from shm.errors import ShmError
@@ -335,11 +335,11 @@ def build_grpc_server(
     credentials = server_credentials(settings)
     options = [(k, 1 if reuse_port and k == "grpc.so_reuseport" else v) for k, v in SERVER_OPTIONS]
     options += settings.channel_args.items()
-    server = grpc.aio.server(options=options)
+    server = make_server(settings.transport, options)
     factory = HandlerFactory(settings.restricted)
     servicer = InferenceServicer(engine, factory, settings.stream_buffer_bytes)
-    add_service(server, INFERENCE_SERVICE, inference_handlers(servicer, factory))
-    add_service(server, HEALTH_SERVICE, health_handlers(HealthServicer(engine), factory))
+    add_service(server, settings.transport, INFERENCE_SERVICE, inference_handlers(servicer, factory))
+    add_service(server, settings.transport, HEALTH_SERVICE, health_handlers(HealthServicer(engine), factory))
     try:
         if credentials is None:
             port = server.add_insecure_port(address)
