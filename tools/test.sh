@@ -29,6 +29,9 @@ step "pip: the fil and openvino extras (tree models, OpenVINO; about 10 s from a
 step "pip: the tensorflow extra (tensorflow-cpu: a 274 MB wheel, about 25 s to install from a local copy)"
 .venv/bin/python -m pip install -q -e ".[tensorflow]" 2>/dev/null \
   || echo "note: tensorflow-cpu not installable here; tensorflow backend tests will be skipped"
+step "pip: the grpc-native extra (pygrpc-native: --grpc-transport=native, docs/grpc.md)"
+.venv/bin/python -m pip install -q -e ".[grpc-native]" 2>/dev/null \
+  || echo "note: pygrpc-native not installable here; the native gRPC transport tests are skipped"
 # real perf_analyzer + Triton 2.51 for the compatibility tests (tools/install-triton-tools.sh, into $TRIREME_TOOLS,
 # default ~/.cache/trireme/tools; those tests skip when the tools cannot be installed here).
 # TRIREME_SKIP_ANCHORS=1 skips the download.

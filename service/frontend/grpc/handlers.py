@@ -212,4 +212,3 @@ def health_handlers(servicer: Any, factory: HandlerFactory) -> dict[str, Any]:
         health_pb2.HealthCheckResponse.SerializeToString,
     )
     return {"Check": check}
-
