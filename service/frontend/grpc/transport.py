@@ -39,7 +39,7 @@ def add_service(server: grpc.aio.Server, transport: str, service: str, handlers:
     cost (docs/benchmarks.md). Clients see the same methods either way.
 
     native: as registered methods. pygrpc-native serves only registered unary methods in Rust; a generic
-    handler would send every call through its grpc.aio fallback server (measured: half the throughput)."""
+    handler would send every call through its grpc.aio fallback server behind the Rust front (no gain)."""
     if transport == NATIVE:
         server.add_registered_method_handlers(service, handlers)
     else:
