@@ -128,8 +128,12 @@ def test_request_compression(server: ServerProcess) -> None:
 
 
 def test_native_runs_in_rust(server: ServerProcess) -> None:
-    """The native transport's HTTP/2 runs on its own Rust I/O threads (named grpc-native-io); grpcio has none."""
-    names = [p.read_text().strip() for p in Path(f"/proc/{server.proc.pid}/task").glob("*/comm")]
+    """The native transport's HTTP/2 runs on its own Rust I/O threads (named grpc-native-io) in the process that
+    serves the port (the server, or its front-end processes with --frontend-processes); grpcio has none."""
+    pids = [server.proc.pid]
+    for pid in list(pids):
+        pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    names = {p.read_text().strip() for pid in pids for p in Path(f"/proc/{pid}/task").glob("*/comm")}
     assert ("grpc-native-io" in names) == (server.transport == "native")  # type: ignore[attr-defined]
 
 
