@@ -32,6 +32,9 @@ step "pip: the tensorflow extra (tensorflow-cpu: a 274 MB wheel, about 25 s to i
 step "pip: the envs extra (uv) and venv-pack, for the per-model Python environment tests"
 .venv/bin/python -m pip install -q -e ".[envs]" venv-pack 2>/dev/null \
   || echo "note: uv/venv-pack not installable here; tests/integration/test_python_envs.py will be skipped"
+step "pip: the grpc-native extra (pygrpc-native: --grpc-transport=native, docs/grpc.md)"
+.venv/bin/python -m pip install -q -e ".[grpc-native]" 2>/dev/null \
+  || echo "note: pygrpc-native not installable here; the native gRPC transport tests are skipped"
 # real perf_analyzer + Triton 2.51 for the compatibility tests (tools/install-triton-tools.sh, into $TRIREME_TOOLS,
 # default ~/.cache/trireme/tools; those tests skip when the tools cannot be installed here).
 # TRIREME_SKIP_ANCHORS=1 skips the download.

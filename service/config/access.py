@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from service.config.grpc_transport import add_transport_flag, check_grpc_transport
 from service.config.tls import TlsSettings, add_tls_flags, bool_flag, tls_settings
 
 API_GROUP_NAMES = (
@@ -81,6 +82,7 @@ class GrpcSettings:
     header_forward_pattern: str = ""  # --grpc-header-forward-pattern (config/grpc_flags.py)
     infer_compression_level: str = "none"  # --grpc-infer-response-compression-level
     reuse_port: bool = False  # --reuse-grpc-port
+    transport: str = "grpcio"  # --grpc-transport: grpcio or native (frontend/grpc/transport.py)
 
 
 # help of the keepalive / connection flags (Triton's meaning; unset ones keep grpc's defaults, which are Triton's)
@@ -131,6 +133,7 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
         help="Trireme only: responses a ModelStreamInfer call may hold unwritten before the server stops reading "
         "its requests (64 MiB)",
     )
+    add_transport_flag(p)
     p.add_argument(
         "--max-inflight-requests",
         type=int,
@@ -150,11 +153,13 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
 
 def grpc_settings(args: argparse.Namespace) -> GrpcSettings:
     """GrpcSettings from the parsed flags."""
+    tls = tls_settings(args, "grpc")
     return GrpcSettings(
         restricted=list(args.grpc_restricted_protocol),
-        tls=tls_settings(args, "grpc"),
+        tls=tls,
         channel_args={
             arg: int(getattr(args, flag)) for flag, arg in GRPC_CHANNEL_FLAGS.items() if getattr(args, flag) is not None
         },
         stream_buffer_bytes=max(0, args.grpc_stream_buffer_bytes),
+        transport=check_grpc_transport(args, tls.use_ssl),
     )

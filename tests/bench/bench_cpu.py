@@ -6,6 +6,7 @@ Servers (each pinned to CPU 0 with taskset, the client pinned to CPU 1):
 - `echo_registered`: the same, its methods also registered as grpc "registered methods" (the generated
   add_*_to_server function's way, and Trireme's until it dropped it): the floor as first measured;
 - `trireme`: Trireme with the default worker-process instance;
+- `trireme_native`: the same with `--grpc-transport native` (pygrpc-native; its Rust threads are counted too);
 - `in_process`, `inline`: Trireme with the in-process instance modes (TRIREME_INSTANCE_MODE);
 - `triton`: real Triton 2.51 (Python backend), /proc CPU only unless --callgrind-triton.
 Model: the unbatched FP32 `[-1]` identity of tests/bench/models.py, 16 floats per request (--shape).
@@ -27,7 +28,7 @@ Two phases:
    pollers): it is small against the per-request cost and is not subtracted.
 
 Usage: .venv/bin/python tests/bench/bench_cpu.py [--requests 5000] [--cg-requests 1000] [--concurrency 1 8]
-       [--servers echo echo_registered trireme in_process inline triton] [--rounds 3] [--no-callgrind]
+       [--servers echo echo_registered trireme trireme_native in_process inline triton] [--rounds 3] [--no-callgrind]
        [--callgrind-triton] [--keep DIR]   (--keep: copy the callgrind dumps into DIR, for callgrind_annotate)
        [--shape 262144] [--shm]   (--shm: system shared memory for inputs and outputs; not for the echo)
        [--protocol http]   (perf_analyzer -i http against the servers' HTTP ports)
@@ -65,12 +66,13 @@ from tests.bench.servers import (  # noqa: E402
 )
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
-ALL = ("echo", "echo_registered", "trireme", "in_process", "inline", "triton")
+ALL = ("echo", "echo_registered", "trireme", "trireme_native", "in_process", "inline", "triton")
 ECHOES = ("echo", "echo_registered")
 MODELS = {
     "echo": MODEL,
     "echo_registered": MODEL,
     "trireme": MODEL,
+    "trireme_native": MODEL,
     "triton": MODEL,
     "in_process": MODEL_IN_PROCESS,
     "inline": MODEL_INLINE,
@@ -105,7 +107,8 @@ def start(kind: str, work: Path, port: int, prefix: list[str], shape: int = 16) 
     if kind == "triton":
         pool = [f"--backend-config=python,shm-default-byte-size={TRITON_POOL}"] if 4 * shape >= LARGE_TENSOR else []
         return start_triton(repo, grpc_port, log, pool, http_port, prefix=prefix)
-    return start_trireme(repo, grpc_port, log, http_port=http_port, prefix=prefix)
+    extra = ["--grpc-transport", "native"] if kind == "trireme_native" else []
+    return start_trireme(repo, grpc_port, log, extra_args=extra, http_port=http_port, prefix=prefix)
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], model: str, timeout_s: float) -> None:

@@ -91,7 +91,7 @@ class _Captured:
 
 async def serve(port: int, registered: bool) -> None:
     """Serve until killed; `registered`: also as grpc "registered methods" (what the generated code does;
-    Trireme's front end registers only the generic handler, see service/frontend/grpc/handlers.add_service)."""
+    Trireme's front end registers only the generic handler, see service/frontend/grpc/transport.add_service)."""
     server = grpc.aio.server(options=OPTIONS)
     if registered:
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), server)

@@ -21,7 +21,7 @@ large messages, other requests), waiting in the run queue (runnable, no CPU free
 waiting for the GIL).
 
 Usage: .venv/bin/python tests/bench/large_stalls.py [--rounds 3] [--big-count 3] [--small-rate 500]
-       [--slow-ms 5] [--own-session]
+       [--slow-ms 5] [--own-session] [--grpc-transport native]
 """
 
 from __future__ import annotations
@@ -237,6 +237,7 @@ def main() -> None:
     ap.add_argument("--small-rate", type=float, default=500)
     ap.add_argument("--slow-ms", type=float, default=5)
     ap.add_argument("--own-session", action="store_true", help="start the server in a session of its own")
+    ap.add_argument("--grpc-transport", choices=("grpcio", "native"), default="grpcio")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="large_stalls_"))
     repo = work / "repo"
@@ -245,7 +246,9 @@ def main() -> None:
     trace = work / "stages.jsonl"
     port = free_port()
     prefix = ["setsid"] if args.own_session else []
-    proc = start_trireme(repo, port, work / "trireme.log", env={"TRIREME_STAGE_TRACE": str(trace)}, prefix=prefix)
+    extra = ["--grpc-transport", args.grpc_transport]
+    env = {"TRIREME_STAGE_TRACE": str(trace)}
+    proc = start_trireme(repo, port, work / "trireme.log", env=env, extra_args=extra, prefix=prefix)
     spans: list[tuple[int, int]] = []
     try:
         wait_port(port, proc)

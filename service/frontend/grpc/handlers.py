@@ -212,13 +212,3 @@ def health_handlers(servicer: Any, factory: HandlerFactory) -> dict[str, Any]:
         health_pb2.HealthCheckResponse.SerializeToString,
     )
     return {"Check": check}
-
-
-def add_service(server: grpc.aio.Server, service: str, handlers: dict[str, Any]) -> None:
-    """Register handlers for lookup by method name (a generic handler), not as "registered methods".
-
-    The generated add_*_to_server functions also call server.add_registered_method_handlers. grpc.aio then
-    keeps one pending request-call task per registered method and its server loop waits on all of them
-    (asyncio.wait over ~20 tasks, twice per call): measured with callgrind, 115k instructions per ModelInfer,
-    a fifth of the server's cost (docs/benchmarks.md). Clients see the same methods either way."""
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))

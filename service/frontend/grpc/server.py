@@ -23,12 +23,12 @@ from service.frontend.grpc.handlers import (
     HEALTH_SERVICE,
     INFERENCE_SERVICE,
     HandlerFactory,
-    add_service,
     checks_unparsable,
     health_handlers,
     inference_handlers,
 )
 from service.frontend.grpc.observers import NO_OBSERVERS, infer_observers
+from service.frontend.grpc.transport import add_service, make_server
 from service.frontend.status import GRPC_STATUS
 from service.ipc import stagetrace
 from shm.errors import ShmError
@@ -354,12 +354,12 @@ def build_grpc_server(
     options = [(k, 1 if reuse_port and k == "grpc.so_reuseport" else v) for k, v in SERVER_OPTIONS]
     options += settings.channel_args.items()
     options += compression_option(settings.infer_compression_level)
-    server = grpc.aio.server(options=options)
+    server = make_server(settings.transport, options)
     factory = HandlerFactory(settings.restricted)
     servicer = InferenceServicer(engine, factory, settings.stream_buffer_bytes)
     servicer.calls = CallOptions.of(settings)
-    add_service(server, INFERENCE_SERVICE, inference_handlers(servicer, factory))
-    add_service(server, HEALTH_SERVICE, health_handlers(HealthServicer(engine), factory))
+    add_service(server, settings.transport, INFERENCE_SERVICE, inference_handlers(servicer, factory))
+    add_service(server, settings.transport, HEALTH_SERVICE, health_handlers(HealthServicer(engine), factory))
     try:
         if credentials is None:
             port = server.add_insecure_port(address)
