@@ -183,6 +183,25 @@ def test_stop_leaves_no_process_or_segment_and_servers_coexist() -> None:
         assert len(set(worker_children(os.getpid())) - before) == 2
         second.unload("identity_fp32", wait_until_unloaded=True, timeout=60)
         assert not second.models(exclude_not_ready=True)
+        # a model sent as files with the load request, as Triton's load(parameters={"config", "file:..."})
+        config = '{"name": "sent", "backend": "python", "input": [{"name": "X", "data_type": "TYPE_FP32", '
+        config += '"dims": [-1]}], "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [-1]}]}'
+        model_py = textwrap.dedent(
+            """
+            import triton_python_backend_utils as pb_utils
+
+            class TritonPythonModel:
+                def execute(self, requests):
+                    return [pb_utils.InferenceResponse([pb_utils.Tensor(
+                        "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)]) for r in requests]
+            """
+        )
+        second.load("sent", parameters={"config": config, "file:1/model.py": model_py.encode()})
+        (r,) = list(second.model("sent").infer(inputs={"X": ONES}))
+        assert np.from_dlpack(r.outputs["Y"]).tolist() == [2, 2, 2, 2]
+        with pytest.raises(tritonserver.InvalidArgumentError, match="'config' must be specified"):
+            second.load("sent", parameters={"file:1/model.py": model_py.encode()})
+        second.unload("sent", wait_until_unloaded=True, timeout=60)
     finally:
         first.stop()
         second.stop()
