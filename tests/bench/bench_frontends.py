@@ -72,7 +72,7 @@ def start(
     if kind == "triton":  # large tensors: Triton's Python-backend pool as large as Trireme's arenas (bench_cpu)
         pool = [f"--backend-config=python,shm-default-byte-size={TRITON_POOL}"] if 4 * shape >= LARGE_TENSOR else []
         return start_triton(repo, port, work / f"{kind}_{port}.log", pool, prefix=prefix)
-    root = main_root if kind in ("main", "m2") else ROOT
+    root = main_root if kind in ("main", "m1", "m2") else ROOT
     cmd = [
         *prefix, sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
         "--http-address", "127.0.0.1", "--http-port", str(free_port()), "--metrics-address", "127.0.0.1",
@@ -166,8 +166,8 @@ def main() -> None:
         "--many-servers",
         nargs="+",
         default=["n1", "n2", "triton"],
-        choices=["n1", "n2", "m2", "triton"],
-        help="phase many: n1/n2 this tree with 1/2 front ends, m2 the --main-root checkout with 2, triton",
+        choices=["n1", "n2", "m1", "m2", "triton"],
+        help="phase many: n1/n2 this tree with 1/2 front ends, m1/m2 the --main-root checkout with 1/2, triton",
     )
     ap.add_argument("--shape", type=int, default=16, help="FP32 elements per request")
     ap.add_argument("--shm", action="store_true", help="inputs and outputs through system shared memory")
