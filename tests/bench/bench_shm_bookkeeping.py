@@ -10,7 +10,9 @@ the same request sent over the wire (16 floats in raw_input_contents):
 Each stage is timed over --n requests, best of --repeat runs (the machine is shared: the minimum is the figure
 that repeats). `--root DIR` runs the same stages on another checkout's code (e.g. today's main) for a same-run A/B.
 
-Usage: .venv/bin/python tests/bench/bench_shm_bookkeeping.py [--n 20000] [--repeat 7] [--root DIR]
+`--ir`: instructions per request of all stages together (callgrind; noise-free), wire and shm.
+
+Usage: .venv/bin/python tests/bench/bench_shm_bookkeeping.py [--n 20000] [--repeat 7] [--root DIR] [--ir]
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.bench.servers import callgrind_total  # noqa: E402
 
 
 def _setup(root: str) -> Callable[[bool], dict[str, Callable[[], Any]]]:
@@ -117,12 +123,41 @@ def measure(stages: dict[str, Callable[[], Any]], n: int, repeat: int) -> dict[s
     return best
 
 
+def serve(root: str, kind: str, n: int) -> None:
+    """Run every stage of `kind` n times (the body measured under callgrind)."""
+    make = _setup(root)
+    stages = list(make(kind == "shm").values())
+    for _ in range(n):
+        for fn in stages:
+            fn()
+    make.cleanup()  # type: ignore[attr-defined]
+
+
+def instructions(root: str, low: int, high: int) -> dict[str, float]:
+    """Instructions per request of all stages together, by path: (Ir(high) - Ir(low)) / (high - low)."""
+    per = {}
+    for kind in ("wire", "shm"):
+        ir = [callgrind_total([__file__, "--root", root, "--serve", kind, str(k)]) for k in (low, high)]
+        per[kind] = (ir[1] - ir[0]) / (high - low)
+    return per
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[2]))
+    ap.add_argument("--ir", action="store_true", help="instructions per request (callgrind) instead of times")
+    ap.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve is not None:
+        serve(args.root, args.serve[0], int(args.serve[1]))
+        return
+    if args.ir:
+        per = instructions(args.root, 1000, 5000)
+        print(f"code: {args.root}")
+        print(" ".join(f"{kind}: {ir / 1e3:.1f}k instructions per request;" for kind, ir in per.items()))
+        return
     make = _setup(args.root)
     rows = {kind: measure(make(kind == "shm"), args.n, args.repeat) for kind in ("wire", "shm")}
     make.cleanup()  # type: ignore[attr-defined]
