@@ -142,6 +142,8 @@ def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, li
                     "cpu": got["core"] + got["children"],
                     "core": got["core"],
                     "frontends": sum(v["cpu_us"] for n, v in usage.items() if n in frontends),
+                    "clients": got["clients"],
+                    "busy": got["busy"],
                 }
                 out.setdefault(k, []).append(row)
                 print(f"many round {r} {k}: {row}", file=sys.stderr, flush=True)
@@ -206,9 +208,9 @@ def main() -> None:
         print(
             f"| server | infer/s | ÷ {'n1' if 'n1' in many else 'first'} (same rounds) "
             "| ÷ Triton (same rounds) | server tree CPU µs/req "
-            "| of it: core process | of it: front ends |"
+            "| of it: core process | of it: front ends | clients CPU µs/req | machine busy CPUs |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         base = "n1" if "n1" in many else next(iter(many))
         for k in many:
             to_n1 = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many[base], strict=True))
@@ -220,7 +222,8 @@ def main() -> None:
             rows = many[k]
             print(
                 f"| {k} | {med(rows, 'ips'):.0f} | {to_n1:.2f} | {to_tr} | {med(rows, 'cpu'):.0f} "
-                f"| {med(rows, 'core'):.0f} | {med(rows, 'frontends'):.0f} |"
+                f"| {med(rows, 'core'):.0f} | {med(rows, 'frontends'):.0f} | {med(rows, 'clients'):.0f} "
+                f"| {med(rows, 'busy'):.2f} |"
             )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench.servers import callgrind_total  # noqa: E402
+from tests.bench.servers import callgrind_total
 
 
 def _setup(root: str) -> Callable[[bool], dict[str, Callable[[], Any]]]:

@@ -52,7 +52,7 @@ def _run(n: int, cpus: tuple[int, int], make: Callable[[], tuple[Callable[[], No
         t0 = time.perf_counter_ns()
         parent_rt()
         times.append(time.perf_counter_ns() - t0)
-    _, status = os.waitpid(pid, 0)
+    os.waitpid(pid, 0)
     c1 = os.times()
     cpu = (c1.user + c1.system + c1.children_user + c1.children_system) - (c0.user + c0.system)
     times.sort()
