@@ -143,6 +143,9 @@ def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, li
                     "core": got["core"],
                     "frontends": sum(v["cpu_us"] for n, v in usage.items() if n in frontends),
                     "clients": got["clients"],
+                    # the core process's read/write system calls and wake-ups per request
+                    "core_rw": usage["server"]["reads"] + usage["server"]["writes"],
+                    "core_wakeups": usage["server"]["wakeups"],
                     "busy": got["busy"],
                 }
                 out.setdefault(k, []).append(row)
@@ -208,9 +211,10 @@ def main() -> None:
         print(
             f"| server | infer/s | ÷ {'n1' if 'n1' in many else 'first'} (same rounds) "
             "| ÷ Triton (same rounds) | server tree CPU µs/req "
-            "| of it: core process | of it: front ends | clients CPU µs/req | machine busy CPUs |"
+            "| of it: core process | of it: front ends | clients CPU µs/req | machine busy CPUs "
+            "| core reads+writes/req | core wake-ups/req |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         base = "n1" if "n1" in many else next(iter(many))
         for k in many:
             to_n1 = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many[base], strict=True))
@@ -223,7 +227,7 @@ def main() -> None:
             print(
                 f"| {k} | {med(rows, 'ips'):.0f} | {to_n1:.2f} | {to_tr} | {med(rows, 'cpu'):.0f} "
                 f"| {med(rows, 'core'):.0f} | {med(rows, 'frontends'):.0f} | {med(rows, 'clients'):.0f} "
-                f"| {med(rows, 'busy'):.2f} |"
+                f"| {med(rows, 'busy'):.2f} | {med(rows, 'core_rw'):.2f} | {med(rows, 'core_wakeups'):.2f} |"
             )
 
 

@@ -278,7 +278,22 @@ def proc_usage(pid: int) -> dict[str, float]:
                 vol += int(line.split()[1])
             elif line.startswith("nonvoluntary_ctxt_switches"):
                 invol += int(line.split()[1])
-    return {"cpu_s": (int(fields[11]) + int(fields[12])) / ticks, "vol": vol, "invol": invol, "threads": threads}
+    io = {"syscr": 0, "syscw": 0}  # read(v) and write(v) system calls, all threads (libuv's socket I/O is these)
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            name, _, value = line.partition(": ")
+            if name in io:
+                io[name] = int(value)
+    except OSError:
+        pass
+    return {
+        "cpu_s": (int(fields[11]) + int(fields[12])) / ticks,
+        "vol": vol,
+        "invol": invol,
+        "threads": threads,
+        "syscr": io["syscr"],
+        "syscw": io["syscw"],
+    }
 
 
 def tree_usage(pid: int) -> dict[int, dict[str, float]]:
@@ -298,5 +313,7 @@ def usage_per_request(
             "cpu_us": (a["cpu_s"] - b["cpu_s"]) * 1e6 / n,
             "wakeups": (a["vol"] - b["vol"]) / n,
             "invol": (a["invol"] - b["invol"]) / n,
+            "reads": (a.get("syscr", 0) - b.get("syscr", 0)) / n,
+            "writes": (a.get("syscw", 0) - b.get("syscw", 0)) / n,
         }
     return out
