@@ -26,7 +26,6 @@ from service.instances.transfer import ArenaTransfer, _Inflight
 from service.ipc import frames as ipc
 from service.ipc.arena import ArenaMap, GrowingArena, ShmPoolExhausted, segment_name
 from service.ipc.blocks import OrderedSender
-from service.ipc.coalesce import GatheredWriter
 from service.types import InferRequest, InferResponse
 
 log = logging.getLogger("trireme.workers")
@@ -44,7 +43,6 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
         self.on_exit = on_exit
         self.proc: asyncio.subprocess.Process | None = None
         self.transport: asyncio.Transport | None = None
-        self.out: GatheredWriter | None = None  # every frame to the worker goes through it
         self.cancel_sock: socket.socket | None = None
         self._reap_task: asyncio.Task[None] | None = None
         self.in_arena: GrowingArena | None = None  # requests in: the server allocates, grows and writes
@@ -133,7 +131,6 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
         self.proc, parent_sock, self.cancel_sock = await spawn_worker(spec.env, title)
         self._startup = loop.create_future()
         self.transport, _ = await loop.create_unix_connection(lambda: _WorkerProtocol(self), sock=parent_sock)
-        self.out = GatheredWriter(self.transport)
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Ask the worker to finalize and exit; kill it if it does not within timeout_s."""
@@ -208,10 +205,10 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
     def send(self, message: Any) -> None:
         """Write one frame to the worker; nothing when its channel is already closing (the worker died and
         on_connection_lost, which runs next, fails every request in flight, this one included)."""
-        out = self.out
-        if out is None or out.transport.is_closing():
+        transport = self.transport
+        if transport is None or transport.is_closing():
             return
-        out.write(ipc.encode(message))  # the frames of one loop iteration leave in one write
+        transport.write(ipc.encode(message))
 
     def execute(self, batch: list[InferRequest], on_done: DoneCallback) -> None:
         """Send a batch; responses go to each request's on_response; on_done runs when execute returns."""

@@ -146,6 +146,10 @@ def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, li
                     # the core process's read/write system calls and wake-ups per request
                     "core_rw": usage["server"]["reads"] + usage["server"]["writes"],
                     "core_wakeups": usage["server"]["wakeups"],
+                    # the model's worker process (every child that is not a front end)
+                    "worker_wakeups": sum(
+                        v["wakeups"] for n, v in usage.items() if n != "server" and n not in frontends
+                    ),
                     "busy": got["busy"],
                 }
                 out.setdefault(k, []).append(row)
@@ -212,9 +216,9 @@ def main() -> None:
             f"| server | infer/s | ÷ {'n1' if 'n1' in many else 'first'} (same rounds) "
             "| ÷ Triton (same rounds) | server tree CPU µs/req "
             "| of it: core process | of it: front ends | clients CPU µs/req | machine busy CPUs "
-            "| core reads+writes/req | core wake-ups/req |"
+            "| core reads+writes/req | core wake-ups/req | worker wake-ups/req |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         base = "n1" if "n1" in many else next(iter(many))
         for k in many:
             to_n1 = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many[base], strict=True))
@@ -227,7 +231,8 @@ def main() -> None:
             print(
                 f"| {k} | {med(rows, 'ips'):.0f} | {to_n1:.2f} | {to_tr} | {med(rows, 'cpu'):.0f} "
                 f"| {med(rows, 'core'):.0f} | {med(rows, 'frontends'):.0f} | {med(rows, 'clients'):.0f} "
-                f"| {med(rows, 'busy'):.2f} | {med(rows, 'core_rw'):.2f} | {med(rows, 'core_wakeups'):.2f} |"
+                f"| {med(rows, 'busy'):.2f} | {med(rows, 'core_rw'):.2f} | {med(rows, 'core_wakeups'):.2f} "
+                f"| {med(rows, 'worker_wakeups'):.2f} |"
             )
 
 

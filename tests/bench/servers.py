@@ -210,11 +210,11 @@ def windowed_load(
     ]
     try:
         time.sleep(warm_s)
-        c0, b0 = sum(proc_usage(p.pid)["cpu_s"] for p in running), busy_seconds()
+        c0, b0, m0 = sum(proc_usage(p.pid)["cpu_s"] for p in running), busy_seconds(), time.monotonic()
         n0, u0, t0 = inference_counts(port, model)[0], tree_usage(root_pid), time.monotonic()
         time.sleep(window_s)
         n1, u1, t1 = inference_counts(port, model)[0], tree_usage(root_pid), time.monotonic()
-        c1, b1 = sum(proc_usage(p.pid)["cpu_s"] for p in running), busy_seconds()
+        c1, b1, m1 = sum(proc_usage(p.pid)["cpu_s"] for p in running), busy_seconds(), time.monotonic()
         failed = [p for p in running if p.poll() is not None]
         if failed:
             out = failed[0].communicate()[0].decode(errors="replace")
@@ -233,7 +233,7 @@ def windowed_load(
         "children": sum(v["cpu_us"] for k, v in usage.items() if k != "server"),
         "usage": usage,  # per process: {"server" | "child <pid>": {cpu_us, wakeups, invol}}
         "clients": (c1 - c0) * 1e6 / served,  # the load generators' CPU µs per request
-        "busy": (b1 - b0) / (t1 - t0),  # CPUs the whole machine kept busy meanwhile (everyone's work)
+        "busy": (b1 - b0) / (m1 - m0),  # CPUs the whole machine kept busy meanwhile (everyone's work)
     }
 
 
