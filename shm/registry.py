@@ -289,7 +289,8 @@ class SharedMemoryRegistry:
             entry.refs -= 1
             if entry.refs == 0 and not entry.registered:
                 retired.append(self._retire(entry))
-        self._notify(retired)
+        if retired:  # the common case has nothing to tell: no call
+            self._notify(retired)
 
     @contextlib.contextmanager
     def use(self, resolved: ResolvedRegion) -> Iterator[ResolvedRegion]:

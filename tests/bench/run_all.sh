@@ -38,6 +38,9 @@ section "OpenAI API: batching";     run $PY tests/bench/bench_openai.py
 section "Several front-end processes"; run $PY tests/bench/bench_frontends.py --rounds 3
 run $PY tests/bench/bench_frontends.py --phases many --streaming --rounds 3
 run $PY tests/bench/bench_frontend_tensors.py --rounds 2
+section "Worker hop, core process and zero copy at 1 MiB"
+run $PY tests/bench/bench_wakeup.py; run $PY tests/bench/bench_wakeup.py --cpus 0 0
+run $PY tests/bench/bench_shm_bookkeeping.py --ir
 section "load/: trireme-perf vs perf_analyzer"
 run $PY -m load crosscheck --server trireme -m identity_fp32 --concurrency 1,4 --rounds 5 -p 3000
 echo "wrote $OUT" >&2
