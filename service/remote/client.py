@@ -20,7 +20,6 @@ from service.core.engine import EXTENSIONS, SERVER_NAME, IndexEntry, ModelMetada
 from service.core.observability.log_settings import LogValue
 from service.core.observability.stats import ModelStats
 from service.ipc.blocks import copy_into
-from service.ipc.coalesce import GatheredWriter
 from service.ipc.framing import FrameReader
 from service.remote.tensors import LinkTensors
 from service.remote.tracing import ForwardedTrace, RemoteTracer, TraceSwitch
@@ -157,7 +156,6 @@ class RemoteEngine:
         self.observed: dict[int, InferRequest] = {}
         self._ids = itertools.count(1)
         self._transport: asyncio.Transport | None = None
-        self._out: GatheredWriter | None = None  # every write to _transport goes through it
         self._sync: _SyncChannel | None = None
         self.on_drain: Callable[[], None] = lambda: None
         self.on_core_lost: Callable[[], None] = lambda: None
@@ -171,8 +169,6 @@ class RemoteEngine:
         sock.connect(self.path)  # connected first: uvloop does not take abstract socket names
         sock.setblocking(False)
         self._transport, _ = await loop.create_unix_connection(lambda: _Responses(self), sock=sock)  # type: ignore[assignment]
-        assert self._transport is not None
-        self._out = GatheredWriter(self._transport)
         self._sync = _SyncChannel(self.path, self.frontend_id)
         self.log_settings = _LogSettings(self._sync)
         self.shm_registry = _ShmRegistry(self._sync) if self._allow_client_shm else None
@@ -182,15 +178,15 @@ class RemoteEngine:
         self._send(("hello", "async", self.frontend_id))
 
     def _send(self, message: Any) -> None:
-        out = self._out
-        if out is None or out.transport.is_closing():
+        t = self._transport
+        if t is None or t.is_closing():
             raise ConnectionError("the core process closed the connection")
-        out.write(frame(message))  # the frames of one loop iteration leave in one write
+        t.write(frame(message))
 
     def _give_back(self, offsets: list[int]) -> None:
-        out = self._out
-        if out is not None and not out.transport.is_closing():  # else the core is gone, and its arenas with it
-            out.write(frame(("f", offsets)))
+        t = self._transport
+        if t is not None and not t.is_closing():  # else the core is gone, and its arenas with it
+            t.write(frame(("f", offsets)))
 
     def close(self) -> None:
         """Remove this front end's arena (on exit)."""
@@ -256,11 +252,11 @@ class RemoteEngine:
         return _ShmRegistry(self._sync)
 
     # ---- model control ----------------------------------------------------------------------------------
-    async def load_model(self, name: str, config_json: str = "") -> None:
-        await self._async_call("load_model", name, config_json)
+    async def load_model(self, name: str, config_json: str = "", files: dict[str, bytes] | None = None) -> None:
+        await self._async_call("load_model", name, config_json, files)
 
-    async def unload_model(self, name: str) -> None:
-        await self._async_call("unload_model", name)
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self._async_call("unload_model", name, unload_dependents)
 
     # ---- inference ----------------------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:

@@ -18,7 +18,6 @@ from typing import Any
 
 from service.core.engine import Engine
 from service.ipc.blocks import OrderedSender
-from service.ipc.coalesce import GatheredWriter
 from service.ipc.framing import FrameReader
 from service.remote.tensors import LinkTensors
 from service.remote.tracing import END, CoreTraces, TraceSwitch
@@ -116,7 +115,6 @@ class _Conn(asyncio.Protocol):
         self.host = host
         self.frames = FrameReader(pickle.loads, self.on_message)
         self.transport: asyncio.Transport | None = None
-        self.out: GatheredWriter | None = None
         self.kind = ""
         self.frontend_id = 0
         # request id -> [request, model version (None until started)]
@@ -128,12 +126,11 @@ class _Conn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.out = GatheredWriter(transport)  # type: ignore[arg-type]
 
     def write(self, data: bytes) -> None:
-        out = self.out
-        if out is not None and self.transport is not None and not out.transport.is_closing():
-            out.write(data)  # the frames of one loop iteration leave in one write
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.write(data)
 
     def data_received(self, data: bytes) -> None:
         self.frames.feed(data)
