@@ -252,11 +252,11 @@ class RemoteEngine:
         return _ShmRegistry(self._sync)
 
     # ---- model control ----------------------------------------------------------------------------------
-    async def load_model(self, name: str, config_json: str = "", files: dict[str, bytes] | None = None) -> None:
-        await self._async_call("load_model", name, config_json, files)
+    async def load_model(self, name: str, config_json: str = "") -> None:
+        await self._async_call("load_model", name, config_json)
 
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        await self._async_call("unload_model", name, unload_dependents)
+    async def unload_model(self, name: str) -> None:
+        await self._async_call("unload_model", name)
 
     # ---- inference ----------------------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
