@@ -72,7 +72,7 @@ def start(
     if kind == "triton":  # large tensors: Triton's Python-backend pool as large as Trireme's arenas (bench_cpu)
         pool = [f"--backend-config=python,shm-default-byte-size={TRITON_POOL}"] if 4 * shape >= LARGE_TENSOR else []
         return start_triton(repo, port, work / f"{kind}_{port}.log", pool, prefix=prefix)
-    root = main_root if kind in ("main", "m2") else ROOT
+    root = main_root if kind in ("main", "m1", "m2") else ROOT
     cmd = [
         *prefix, sys.executable, "-m", "service", "serve", "--grpc-address", "127.0.0.1", "--grpc-port", str(port),
         "--http-address", "127.0.0.1", "--http-port", str(free_port()), "--metrics-address", "127.0.0.1",
@@ -142,6 +142,15 @@ def many_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[str, li
                     "cpu": got["core"] + got["children"],
                     "core": got["core"],
                     "frontends": sum(v["cpu_us"] for n, v in usage.items() if n in frontends),
+                    "clients": got["clients"],
+                    # the core process's read/write system calls and wake-ups per request
+                    "core_rw": usage["server"]["reads"] + usage["server"]["writes"],
+                    "core_wakeups": usage["server"]["wakeups"],
+                    # the model's worker process (every child that is not a front end)
+                    "worker_wakeups": sum(
+                        v["wakeups"] for n, v in usage.items() if n != "server" and n not in frontends
+                    ),
+                    "busy": got["busy"],
                 }
                 out.setdefault(k, []).append(row)
                 print(f"many round {r} {k}: {row}", file=sys.stderr, flush=True)
@@ -166,8 +175,8 @@ def main() -> None:
         "--many-servers",
         nargs="+",
         default=["n1", "n2", "triton"],
-        choices=["n1", "n2", "m2", "triton"],
-        help="phase many: n1/n2 this tree with 1/2 front ends, m2 the --main-root checkout with 2, triton",
+        choices=["n1", "n2", "m1", "m2", "triton"],
+        help="phase many: n1/n2 this tree with 1/2 front ends, m1/m2 the --main-root checkout with 1/2, triton",
     )
     ap.add_argument("--shape", type=int, default=16, help="FP32 elements per request")
     ap.add_argument("--shm", action="store_true", help="inputs and outputs through system shared memory")
@@ -206,9 +215,10 @@ def main() -> None:
         print(
             f"| server | infer/s | ÷ {'n1' if 'n1' in many else 'first'} (same rounds) "
             "| ÷ Triton (same rounds) | server tree CPU µs/req "
-            "| of it: core process | of it: front ends |"
+            "| of it: core process | of it: front ends | clients CPU µs/req | machine busy CPUs "
+            "| core reads+writes/req | core wake-ups/req | worker wake-ups/req |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         base = "n1" if "n1" in many else next(iter(many))
         for k in many:
             to_n1 = statistics.median(a["ips"] / b["ips"] for a, b in zip(many[k], many[base], strict=True))
@@ -220,7 +230,9 @@ def main() -> None:
             rows = many[k]
             print(
                 f"| {k} | {med(rows, 'ips'):.0f} | {to_n1:.2f} | {to_tr} | {med(rows, 'cpu'):.0f} "
-                f"| {med(rows, 'core'):.0f} | {med(rows, 'frontends'):.0f} |"
+                f"| {med(rows, 'core'):.0f} | {med(rows, 'frontends'):.0f} | {med(rows, 'clients'):.0f} "
+                f"| {med(rows, 'busy'):.2f} | {med(rows, 'core_rw'):.2f} | {med(rows, 'core_wakeups'):.2f} "
+                f"| {med(rows, 'worker_wakeups'):.2f} |"
             )
 
 

@@ -210,9 +210,11 @@ def windowed_load(
     ]
     try:
         time.sleep(warm_s)
+        c0, b0, m0 = sum(proc_usage(p.pid)["cpu_s"] for p in running), busy_seconds(), time.monotonic()
         n0, u0, t0 = inference_counts(port, model)[0], tree_usage(root_pid), time.monotonic()
         time.sleep(window_s)
         n1, u1, t1 = inference_counts(port, model)[0], tree_usage(root_pid), time.monotonic()
+        c1, b1, m1 = sum(proc_usage(p.pid)["cpu_s"] for p in running), busy_seconds(), time.monotonic()
         failed = [p for p in running if p.poll() is not None]
         if failed:
             out = failed[0].communicate()[0].decode(errors="replace")
@@ -230,7 +232,16 @@ def windowed_load(
         "core": usage["server"]["cpu_us"],
         "children": sum(v["cpu_us"] for k, v in usage.items() if k != "server"),
         "usage": usage,  # per process: {"server" | "child <pid>": {cpu_us, wakeups, invol}}
+        "clients": (c1 - c0) * 1e6 / served,  # the load generators' CPU µs per request
+        "busy": (b1 - b0) / (m1 - m0),  # CPUs the whole machine kept busy meanwhile (everyone's work)
     }
+
+
+def busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy since boot, all CPUs (/proc/stat: user to softirq, less idle and
+    iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:7]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def process_tree(pid: int) -> list[int]:
@@ -267,7 +278,22 @@ def proc_usage(pid: int) -> dict[str, float]:
                 vol += int(line.split()[1])
             elif line.startswith("nonvoluntary_ctxt_switches"):
                 invol += int(line.split()[1])
-    return {"cpu_s": (int(fields[11]) + int(fields[12])) / ticks, "vol": vol, "invol": invol, "threads": threads}
+    io = {"syscr": 0, "syscw": 0}  # read(v) and write(v) system calls, all threads (libuv's socket I/O is these)
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            name, _, value = line.partition(": ")
+            if name in io:
+                io[name] = int(value)
+    except OSError:
+        pass
+    return {
+        "cpu_s": (int(fields[11]) + int(fields[12])) / ticks,
+        "vol": vol,
+        "invol": invol,
+        "threads": threads,
+        "syscr": io["syscr"],
+        "syscw": io["syscw"],
+    }
 
 
 def tree_usage(pid: int) -> dict[int, dict[str, float]]:
@@ -287,5 +313,7 @@ def usage_per_request(
             "cpu_us": (a["cpu_s"] - b["cpu_s"]) * 1e6 / n,
             "wakeups": (a["vol"] - b["vol"]) / n,
             "invol": (a["invol"] - b["invol"]) / n,
+            "reads": (a.get("syscr", 0) - b.get("syscr", 0)) / n,
+            "writes": (a.get("syscw", 0) - b.get("syscw", 0)) / n,
         }
     return out

@@ -122,6 +122,26 @@ def test_register_status_resolve_read_write(registry: SharedMemoryRegistry, clie
     np.testing.assert_array_equal(tshm.get_contents_as_numpy(handle, np.float32, [16], 64), np.full(16, 2.5))
 
 
+def test_a_name_registered_again_resolves_to_its_new_segment(
+    registry: SharedMemoryRegistry, client_region: ClientRegion
+) -> None:
+    # resolved windows are kept per registration: the same name over another segment must not answer the old one
+    first, first_handle = client_region(64)
+    second, second_handle = client_region(64)
+    tshm.set_shared_memory_region(first_handle, [np.full(4, 1.0, np.float32)])
+    tshm.set_shared_memory_region(second_handle, [np.full(4, 2.0, np.float32)])
+    registry.register_system("r", first, 0, 64)
+    before = registry.resolve("r", 0, 16)
+    assert registry.resolve("r", 0, 16) == before and registry.resolve("r", 16, 16).offset == 16
+    registry.unregister_system("r")
+    registry.register_system("r", second, 0, 64)
+    after = registry.resolve("r", 0, 16)
+    assert (after.key, after.region_id) == (second, before.region_id + 1)
+    np.testing.assert_array_equal(registry.ndarray(after, "FP32", [4]), np.full(4, 2.0))
+    with pytest.raises(ShmError, match="Invalid offset"):  # the checks still run for a window resolved before
+        registry.resolve("r", 64, 0)
+
+
 def test_non_aligned_registration_offset(registry: SharedMemoryRegistry, client_region: ClientRegion) -> None:
     key, handle = client_region(3 * 4096)
     data = np.arange(100, dtype=np.int16)

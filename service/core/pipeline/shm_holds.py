@@ -14,6 +14,7 @@ from shm.tensor import element_count
 from shm.views import bytes_extent
 
 log = logging.getLogger("trireme.engine")
+_REFS_MAX = 4096  # resolved references kept; past it the cache starts over
 
 
 class ShmHolds:
@@ -23,6 +24,9 @@ class ShmHolds:
         self.registry = registry  # shm.registry.SharedMemoryRegistry, or None when client shm is disabled
         self.repository = repository
         self._holds: dict[InferRequest, list[Any]] = {}
+        # (region_id, offset, byte_size) -> the resolved ShmRef, made once (a frozen ShmRef costs ~1 µs to build);
+        # a region id names one registration and is never reused, so an entry can never be stale
+        self._refs: dict[tuple[int, int, int], ShmRef] = {}
         if registry is not None:
             registry.on_retire = self._on_region_retired
 
@@ -63,7 +67,16 @@ class ShmHolds:
         except ShmError as e:
             raise ServiceError(ErrorCode[e.code], e.message) from None
         held.append(r)
-        return ShmRef(r.name, r.kind, r.key, r.offset, r.byte_size, r.device_id, r.raw_handle, r.path)
+        refs = self._refs
+        key = (r.region_id, r.offset, r.byte_size)
+        resolved = refs.get(key)
+        if resolved is None:
+            if len(refs) >= _REFS_MAX:
+                refs.clear()
+            resolved = refs[key] = ShmRef(
+                r.name, r.kind, r.key, r.offset, r.byte_size, r.device_id, r.raw_handle, r.path
+            )
+        return resolved
 
     def check_bytes(self, request: InferRequest) -> None:
         """BYTES inputs in system shm: every length prefix must fit and the elements must fill byte_size."""

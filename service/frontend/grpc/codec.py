@@ -20,6 +20,7 @@ from service.types import (
     InputTensor,
     RequestedOutput,
     ShmRef,
+    unresolved_shm_ref,
 )
 from shm.tensor import DATATYPE_TO_NUMPY, serialize_bytes
 
@@ -123,18 +124,21 @@ def _shm_params(params: Any, tensor: str) -> ShmRef | None:
             f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter "
             f"for tensor '{tensor}'"
         )
-    if size_p.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param"):
+    which = size_p.WhichOneof("parameter_choice")
+    if which != "int64_param" and which != "uint64_param":
         raise invalid_arg(
             f"invalid value type for 'shared_memory_byte_size' parameter for tensor '{tensor}', expected int64_param."
         )
+    size: int = getattr(size_p, which)
     offset = 0
     if offset_p is not None:
-        if offset_p.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param"):
+        which = offset_p.WhichOneof("parameter_choice")
+        if which != "int64_param" and which != "uint64_param":
             raise invalid_arg(
                 f"invalid value type for 'shared_memory_offset' parameter for tensor '{tensor}', expected int64_param."
             )
-        offset = int(param_value(offset_p))  # type: ignore[arg-type]
-    return ShmRef(region.string_param, "", "", offset, int(param_value(size_p)))  # type: ignore[arg-type]
+        offset = getattr(offset_p, which)
+    return unresolved_shm_ref(region.string_param, offset, size)
 
 
 # the datatype each typed contents field carries (named in errors)

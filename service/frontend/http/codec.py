@@ -25,6 +25,7 @@ from service.types import (
     InputTensor,
     RequestedOutput,
     ShmRef,
+    unresolved_shm_ref,
 )
 from shm.tensor import DATATYPE_TO_NUMPY, ELEMENT_SIZE, deserialize_bytes, element_count, serialize_bytes
 
@@ -124,7 +125,7 @@ def _shm_ref(params: dict[str, Any], tensor: str) -> ShmRef | None:
         )
     size = _uint(params["shared_memory_byte_size"], "shared_memory_byte_size")
     offset = _uint(params.get("shared_memory_offset", 0), "shared_memory_offset")
-    return ShmRef(region, "", "", offset, size)
+    return unresolved_shm_ref(region, offset, size)
 
 
 def _flatten_strings(data: Any, out: list[bytes]) -> None:
