@@ -36,6 +36,7 @@ from service.core.repository.model_version import (
 )
 from service.core.repository.signature import parse_version
 from service.core.repository.snapshots import ModelFiles, snapshot
+from service.core.repository.storage.mirror import RemoteRepositories
 from service.core.repository.versions import build_signature, numeric_versions, scan_repositories, select_versions
 from service.core.repository.warmup import run_warmup
 from service.core.scheduling.ensemble import LoadBarrier
@@ -88,6 +89,7 @@ class ModelRepository:
 
     def __init__(self, paths: list[str], options: RepositoryOptions, scheduler_factory: SchedulerFactory) -> None:
         self.paths = paths
+        self.storage = RemoteRepositories(paths)  # s3:// gs:// as://: local copies (storage/); local paths as given
         self.options = options
         self.scheduler_factory = scheduler_factory
         self.models: dict[str, ModelEntry] = {}
@@ -95,8 +97,9 @@ class ModelRepository:
         self._leaving: set[ModelVersion] = set()  # versions out of routing, draining (stopped by stop() too)
 
     def scan(self) -> dict[str, str]:
-        """Model name -> model directory across all repositories (blocking)."""
-        return scan_repositories(self.paths)
+        """Model name -> model directory across all repositories (blocking); remote ones are synced first."""
+        self.storage.sync()
+        return scan_repositories(self.storage.local_paths)
 
     async def load_all(self, only: list[str] | None = None) -> None:
         """Scan and load every model (or only the named ones), concurrently."""
@@ -108,7 +111,7 @@ class ModelRepository:
             entry = self.models[n]
             if not any(mv.state == READY for mv in entry.versions.values()):
                 entry.state = LOADING
-        await asyncio.gather(*(self.load(n) for n in names))
+        await asyncio.gather(*(self.load(n, found_path=found[n]) for n in names))
 
     # ---- load / reload ----------------------------------------------------------------------------------
     async def load(
@@ -130,6 +133,13 @@ class ModelRepository:
                     )
                 found_path = found[name]
             entry = self.models.setdefault(name, ModelEntry(name, found_path))
+        elif not found_path and self.storage.mirrors:  # not just scanned: fetch what changed in its remote folder
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.storage.sync, entry.model_dir)
+            except ServiceError as e:
+                raise ServiceError(
+                    ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository: {e.message}"
+                ) from None
         async with entry.lock:
             try:
                 return await self._load_locked(entry, config_override)
@@ -386,6 +396,7 @@ class ModelRepository:
         """Unload everything."""
         mvs = {mv for e in self.models.values() for mv in e.versions.values()} | self._leaving
         await asyncio.gather(*(self._stop_version(mv) for mv in mvs), return_exceptions=True)
+        self.storage.close()
 
     # ---- lookup -----------------------------------------------------------------------------------------
     def ready_versions(self) -> list[tuple[dict[str, str], ModelVersion]]:
