@@ -38,11 +38,11 @@ def _settings(location: RemoteLocation) -> dict[str, str]:
 
 def _token_credential(auth_type: str, client_id: str) -> Any:
     try:
-        from azure import identity
+        from azure import identity  # type: ignore[attr-defined]
     except ImportError as e:
         raise StorageError(
             f"AZURE_STORAGE_AUTH_TYPE={auth_type} needs azure-identity: pip install azure-identity ({e})"
-        )
+        ) from None
     if auth_type == "managed_identity":
         return identity.ManagedIdentityCredential(client_id=client_id or None)
     return identity.DefaultAzureCredential()

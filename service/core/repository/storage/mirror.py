@@ -36,11 +36,11 @@ class Mirror:
 
     def __init__(self, location: RemoteLocation) -> None:
         self.location = location
-        mount = os.environ.get(MOUNT_DIRECTORY_ENV[location.scheme]) or None
+        variable = MOUNT_DIRECTORY_ENV[location.scheme]
+        mount = os.environ.get(variable) or None
         if mount is not None and not os.path.isdir(mount):
             raise ServiceError(
-                ErrorCode.INVALID_ARG,
-                f"{MOUNT_DIRECTORY_ENV[location.scheme]} '{mount}' is not a directory (model repository {location.url})",
+                ErrorCode.INVALID_ARG, f"{variable} '{mount}' is not a directory (model repository {location.url})"
             )
         self.local = tempfile.mkdtemp(prefix=f"trireme-{location.scheme}-", dir=mount)
         self._store: ObjectStore | None = None
