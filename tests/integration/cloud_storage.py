@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,7 +65,9 @@ def _process(args: list[str], port: int, what: str, env: dict[str, str] | None =
 
 def _need(module: str, reason: str) -> None:
     try:
-        __import__(module)
+        with warnings.catch_warnings():  # google.api_core warns (ImportWarning) without grpcio-status
+            warnings.simplefilter("ignore")
+            __import__(module)
     except ImportError:
         pytest.skip(f"{reason} ({module} is not installed: tools/test.sh installs it)")
 
@@ -199,7 +202,9 @@ class Gcs:
 
     def client(self) -> Any:
         os.environ.setdefault("STORAGE_EMULATOR_HOST", self.host)
-        from google.cloud import storage
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from google.cloud import storage
 
         c = storage.Client.create_anonymous_client()
         c.project = "trireme-tests"

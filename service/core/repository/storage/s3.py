@@ -8,6 +8,7 @@ requests go unsigned (a public bucket). An s3://host:port/... URL talks path-sty
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import boto3
@@ -18,6 +19,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from service.core.repository.storage.credentials import credential_for, field
 from service.core.repository.storage.location import RemoteLocation
 from service.core.repository.storage.store import StorageError
+
+logging.getLogger("botocore.credentials").setLevel(logging.WARNING)  # not "Found credentials in ..." per client
 
 
 def _reason(e: Exception) -> str:
