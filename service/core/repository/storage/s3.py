@@ -88,8 +88,11 @@ class S3Store:
         return out
 
     def download(self, relative: str, dest: str) -> None:
-        try:
-            self.client.download_file(self.location.bucket, self.location.key(relative), dest)
+        try:  # one GET per object (download_file would add a HEAD first)
+            body = self.client.get_object(Bucket=self.location.bucket, Key=self.location.key(relative))["Body"]
+            with open(dest, "wb") as f:
+                for chunk in body.iter_chunks(1 << 20):
+                    f.write(chunk)
         except (BotoCoreError, ClientError) as e:
             raise StorageError(
                 f"Failed to get object at {self.location.display(relative)} due to exception: {_reason(e)}"
