@@ -234,7 +234,8 @@ def gcs_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gcs]:
 # ---- Azure Blob (Azurite) ---------------------------------------------------------------------------------------
 def azurite_binary() -> str | None:
     """azurite-blob: $TRIREME_AZURITE, on PATH, or where tools/test.sh installs it ($TRIREME_TOOLS/npm)."""
-    tools = Path(os.environ.get("TRIREME_TOOLS") or Path.home() / ".cache" / "trireme" / "tools")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    tools = Path(os.environ.get("TRIREME_TOOLS") or cache / "trireme" / "tools")
     for candidate in (os.environ.get("TRIREME_AZURITE"), shutil.which("azurite-blob")):
         if candidate:
             return candidate
