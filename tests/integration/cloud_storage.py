@@ -76,10 +76,11 @@ def _need(module: str, reason: str) -> None:
 class S3:
     """A moto S3 server; `client()` is a boto3 client of it (with auth on, of the IAM user made at start)."""
 
-    def __init__(self, port: int, key_id: str, secret: str) -> None:
+    def __init__(self, port: int, key_id: str, secret: str, ca: Path | None = None) -> None:
         self.port = port
-        self.endpoint = f"http://127.0.0.1:{port}"
+        self.endpoint = f"{'https' if ca else 'http'}://127.0.0.1:{port}"
         self.key_id, self.secret = key_id, secret
+        self.ca = ca
 
     def client(self) -> Any:
         import boto3
@@ -87,6 +88,7 @@ class S3:
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
+            verify=str(self.ca) if self.ca else None,
             region_name="us-east-1",
             aws_access_key_id=self.key_id,
             aws_secret_access_key=self.secret,
@@ -100,9 +102,10 @@ class S3:
 
 
 @contextmanager
-def s3_server(auth: bool = False) -> Iterator[S3]:
+def s3_server(auth: bool = False, tls: Any = None) -> Iterator[S3]:
     """moto_server on a free port. auth=True: requests must be signed with the IAM key made here (moto enforces
-    IAM after INITIAL_NO_AUTH_ACTION_COUNT unauthenticated calls: the three that make the user)."""
+    IAM after INITIAL_NO_AUTH_ACTION_COUNT unauthenticated calls: the three that make the user). tls: a
+    tests.certs.CertFiles: HTTPS with its server certificate."""
     _need("moto", "moto[server] runs the S3 server")
     _need("boto3", "boto3 is the S3 client (trireme[s3])")
     exe = BIN / "moto_server"
@@ -110,7 +113,10 @@ def s3_server(auth: bool = False) -> Iterator[S3]:
         pytest.skip("moto_server is not installed (pip install 'moto[server]'; tools/test.sh installs it)")
     port = free_port()
     env = {"INITIAL_NO_AUTH_ACTION_COUNT": "3"} if auth else {}
-    with _process([str(exe), "-H", "127.0.0.1", "-p", str(port)], port, "moto_server", env):
+    args = [str(exe), "-H", "127.0.0.1", "-p", str(port)]
+    if tls is not None:
+        args += ["-s", "-c", str(tls.server_cert), "-k", str(tls.server_key)]
+    with _process(args, port, "moto_server", env):
         key_id, secret = "testing", "testing"
         if auth:
             import boto3
@@ -124,7 +130,7 @@ def s3_server(auth: bool = False) -> Iterator[S3]:
             policy = '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}'
             iam.put_user_policy(UserName="trireme", PolicyName="all", PolicyDocument=policy)
             key_id, secret = key["AccessKeyId"], key["SecretAccessKey"]
-        yield S3(port, key_id, secret)
+        yield S3(port, key_id, secret, tls.ca if tls is not None else None)
 
 
 class CountingProxy:

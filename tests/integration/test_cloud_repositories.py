@@ -14,6 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.certs import make_certs
 from tests.conftest import write_model
 from tests.integration.cloud_storage import (
     AZURITE_ACCOUNT,
@@ -110,6 +111,24 @@ def test_s3_default_endpoint_form_and_temporary_copy(tmp_path: Path, start_serve
         client.close()
         server.stop()
     assert list(tmp.iterdir()) == []
+
+
+def test_s3_https_endpoint(tmp_path: Path, start_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """s3://https://host:port/bucket/path: TLS to the S3 server (its CA from AWS_CA_BUNDLE, boto3's variable)."""
+    _model(tmp_path / "src", "plus_one", 1)
+    certs = make_certs(tmp_path / "certs")
+    with s3_server(tls=certs) as s3:
+        s3.client().create_bucket(Bucket="models")
+        s3.upload("models", "repo", tmp_path / "src")
+        _s3_env(monkeypatch, s3)
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(certs.ca))
+        server = start_server([f"s3://https://127.0.0.1:{s3.port}/models/repo"])
+        client = grpcclient.InferenceServerClient(server.url)
+        assert _infer(client, "plus_one") == 1.0
+        client.close()
+        monkeypatch.delenv("AWS_CA_BUNDLE")  # the server's certificate is not trusted without it
+        log = _exits(start_server([f"s3://https://127.0.0.1:{s3.port}/models/repo"], wait=False))
+        assert "failed to read model repository" in log and "SSL" in log
 
 
 def test_s3_explicit_load_after_upload(tmp_path: Path, start_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -258,8 +277,11 @@ def test_s3_errors_stop_the_server(tmp_path: Path, start_server, monkeypatch) ->
 
 # ---- GCS -----------------------------------------------------------------------------------------------------------
 def test_gcs_serves_and_polls(tmp_path: Path, start_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """gs://: a new version uploaded while serving loads; when the storage goes away, polls fail (logged, bounded
+    by TRIREME_CLOUD_TIMEOUT_S) and the model serves on."""
     _model(tmp_path / "src", "plus_one", 1)
     monkeypatch.delenv("TRITON_CLOUD_CREDENTIAL_PATH", raising=False)
+    monkeypatch.setenv("TRIREME_CLOUD_TIMEOUT_S", "3")
     with gcs_server(monkeypatch) as gcs:
         gcs.client().create_bucket("gmodels")
         gcs.upload("gmodels", "team/repo", tmp_path / "src")
@@ -275,6 +297,11 @@ def test_gcs_serves_and_polls(tmp_path: Path, start_server, monkeypatch) -> None
         log = _exits(start_server(["gs://no-such-bucket/repo"], wait=False))
         assert "failed to read model repository 'gs://no-such-bucket/repo'" in log
         assert "Could not get MetaData for bucket with name no-such-bucket" in log
+    _wait(lambda: "repository poll failed" in server.log(), "a poll to fail without the storage")
+    assert "gs://gmodels/team/repo" in server.log().split("repository poll failed", 1)[1].splitlines()[0]
+    client = grpcclient.InferenceServerClient(server.url)
+    assert _infer(client, "plus_one") == 30.0
+    client.close()
 
 
 # ---- Azure ---------------------------------------------------------------------------------------------------------
