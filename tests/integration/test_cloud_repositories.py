@@ -161,6 +161,10 @@ def test_s3_explicit_load_after_upload(tmp_path: Path, start_server, monkeypatch
         client.load_model("plus_one")
     assert "failed to poll from model repository" in info.value.message() and url in info.value.message()
     assert _infer(client, "plus_one") == 20.0  # still serving
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model("not_known_yet")  # a new name: the whole repository is polled, and fails the same way
+    assert "failed to load 'not_known_yet', failed to poll from model repository" in info.value.message()
+    assert url in info.value.message()
     client.close()
 
 

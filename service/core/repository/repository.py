@@ -126,7 +126,7 @@ class ModelRepository:
         entry = self.models.get(name)
         if entry is None:
             if not found_path:
-                found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
+                found = await self._poll_storage(name, self.scan)
                 if name not in found:
                     raise ServiceError(
                         ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
@@ -134,17 +134,23 @@ class ModelRepository:
                 found_path = found[name]
             entry = self.models.setdefault(name, ModelEntry(name, found_path))
         elif not found_path and self.storage.mirrors:  # not just scanned: fetch what changed in its remote folder
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, self.storage.sync, entry.model_dir)
-            except ServiceError as e:
-                raise ServiceError(
-                    ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository: {e.message}"
-                ) from None
+            await self._poll_storage(name, partial(self.storage.sync, entry.model_dir))
         async with entry.lock:
             try:
                 return await self._load_locked(entry, config_override)
             finally:
                 self.load_barrier.notify()
+
+    async def _poll_storage(self, name: str, poll: Callable[[], Any]) -> Any:
+        """Run a scan or sync for a load request; a remote repository's failure names the model and the URL."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, poll)
+        except ServiceError as e:
+            if not self.storage.mirrors:
+                raise
+            raise ServiceError(
+                ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository: {e.message}"
+            ) from None
 
     async def _load_locked(self, entry: ModelEntry, override: mc.ModelConfig | None) -> tuple[str, list[str]]:
         loop = asyncio.get_running_loop()
