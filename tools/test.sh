@@ -56,6 +56,18 @@ if ! command -v ab >/dev/null 2>&1; then
     step "apt-get: apache2-utils (ab) not installed (needs root); the ab test skips"
   fi
 fi
+# cloud model repositories (docs/cloud-repositories.md): the s3/gcs/azure extras, moto's S3 server and a GCS
+# emulator from PyPI, Azurite (Azure Blob emulator) from npm into $TRIREME_TOOLS/npm; their tests skip without them
+step "pip: the s3, gcs and azure extras, moto[server] and gcp-storage-emulator (cloud repository tests)"
+.venv/bin/python -m pip install -q -e ".[s3,gcs,azure]" "moto[server]>=5" "gcp-storage-emulator>=2024" 2>/dev/null \
+  || echo "note: the cloud storage clients or emulators are not installable here; their tests skip"
+if command -v npm >/dev/null 2>&1; then
+  step "npm: azurite (the Azure Blob emulator) into \$TRIREME_TOOLS/npm"
+  npm install --silent --prefix "${TRIREME_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/trireme/tools}/npm" azurite \
+    >/dev/null 2>&1 || echo "note: azurite not installable (npm); the Azure repository tests skip"
+else
+  step "npm: not found; the Azure repository tests (Azurite) skip"
+fi
 step "checking the generated protobuf code (tools/gen_protos.py --check)"
 .venv/bin/python tools/gen_protos.py --check
 step "ruff check"

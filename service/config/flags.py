@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         dest="model_repository",
         metavar="DIR",
-        help="a model repository to serve; repeatable (default: the embedded example repository)",
+        help="a model repository to serve: a folder, or s3://, gs://, as:// (docs/cloud-repositories.md); repeatable "
+        "(default: the embedded example repository)",
     )
     p.add_argument(
         "--grpc-port",

@@ -39,6 +39,7 @@ from service.core.repository.model_version import (
 )
 from service.core.repository.signature import parse_version
 from service.core.repository.snapshots import ModelFiles, snapshot
+from service.core.repository.storage.mirror import RemoteRepositories
 from service.core.repository.versions import build_signature, scan_repositories
 from service.core.repository.warmup import run_warmup
 from service.core.scheduling.ensemble import LoadBarrier
@@ -81,6 +82,7 @@ class ModelRepository(ConfigPreparation):
 
     def __init__(self, paths: list[str], options: RepositoryOptions, scheduler_factory: SchedulerFactory) -> None:
         self.paths = paths
+        self.storage = RemoteRepositories(paths)  # s3:// gs:// as://: local copies (storage/); local paths as given
         self.options = options
         self.scheduler_factory = scheduler_factory
         self.models: dict[str, ModelEntry] = {}
@@ -91,11 +93,14 @@ class ModelRepository(ConfigPreparation):
         self.shared: dict[str, list[str]] = {}  # --model-namespacing: name -> keys of the models sharing it
 
     def scan(self) -> dict[str, str]:
-        """Model key -> model directory across all repositories (blocking). The key is the model's name, or with
-        --model-namespacing, its folder when several repositories hold that name (loading/namespaces.py)."""
+        """Model key -> model directory across all repositories (blocking); remote ones are synced first. The key
+        is the model's name, or with --model-namespacing, its folder when several repositories hold that name
+        (loading/namespaces.py)."""
+        self.storage.sync()
+        paths = self.storage.local_paths
         if not self.options.loading.namespacing:
-            return scan_repositories(self.paths)
-        found, self.shared = scan_namespaced(self.paths)
+            return scan_repositories(paths)
+        found, self.shared = scan_namespaced(paths)
         return found
 
     def entry(self, name: str) -> ModelEntry | None:
@@ -115,7 +120,7 @@ class ModelRepository(ConfigPreparation):
             entry = self.models[n]
             if not any(mv.state == READY for mv in entry.versions.values()):
                 entry.state = LOADING
-        await asyncio.gather(*(self.load(n) for n in names))
+        await asyncio.gather(*(self.load(n, found_path=found[n]) for n in names))
 
     # ---- load / reload ----------------------------------------------------------------------------------
     async def load(
@@ -132,7 +137,7 @@ class ModelRepository(ConfigPreparation):
         entry = self.models.get(name)
         if entry is None:
             if not (found_path or sent_dir):
-                found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
+                found = await self._poll_storage(name, self.scan)
                 if name not in found and name in self.shared:  # load every model of that name
                     return await self._load_shared(name, config_override)
                 if name not in found:
@@ -143,6 +148,8 @@ class ModelRepository(ConfigPreparation):
             # a namespaced key is the model's folder (--model-namespacing): the model's name is the folder's
             entry_name = os.path.basename(name) if os.sep in name else name
             entry = self.models.setdefault(name, ModelEntry(entry_name, found_path or sent_dir))
+        elif not (found_path or sent_dir or entry.from_request) and self.storage.mirrors:  # its remote folder's news
+            await self._poll_storage(name, partial(self.storage.sync, entry.model_dir))
         async with entry.lock:
             if sent_dir:
                 entry.model_dir, entry.from_request = sent_dir, True
@@ -154,7 +161,7 @@ class ModelRepository(ConfigPreparation):
                 self.load_barrier.notify()
 
     async def _repository_path(self, name: str) -> str:
-        found = await asyncio.get_running_loop().run_in_executor(None, self.scan)
+        found = await self._poll_storage(name, self.scan)
         if name not in found:
             raise ServiceError(ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository")
         return found[name]
@@ -162,6 +169,17 @@ class ModelRepository(ConfigPreparation):
     async def _load_shared(self, name: str, override: mc.ModelConfig | None) -> tuple[str, list[str]]:
         results = await asyncio.gather(*(self.load(key, override, key) for key in self.shared[name]))
         return "; ".join(c for c, _ in results if c), [e for _, errors in results for e in errors]
+
+    async def _poll_storage(self, name: str, poll: Callable[[], Any]) -> Any:
+        """Run a scan or sync for a load request; a remote repository's failure names the model and the URL."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, poll)
+        except ServiceError as e:
+            if not self.storage.mirrors:
+                raise
+            raise ServiceError(
+                ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository: {e.message}"
+            ) from None
 
     async def _load_locked(self, entry: ModelEntry, override: mc.ModelConfig | None) -> tuple[str, list[str]]:
         loop = asyncio.get_running_loop()
@@ -347,6 +365,7 @@ class ModelRepository(ConfigPreparation):
         mvs = {mv for e in self.models.values() for mv in e.versions.values()} | self._leaving
         await asyncio.gather(*(self._stop_version(mv) for mv in mvs), return_exceptions=True)
         await self.agents.run(self.agents.unload_all)
+        self.storage.close()
 
     # ---- lookup -----------------------------------------------------------------------------------------
     def ready_versions(self) -> list[tuple[dict[str, str], ModelVersion]]:
