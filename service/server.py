@@ -25,6 +25,7 @@ from service.core.repository.poller import RepositoryPoller
 from service.core.repository.repository import READY, ModelRepository, RepositoryOptions
 from service.core.repository.shm_plan import plan_arenas
 from service.core.scheduling.factory import make_scheduler
+from service.core.scheduling.rate_limiter import RateLimiter
 from service.errors import ServiceError
 from service.examples import missing_example_lines
 from service.frontend.grpc.server import build_grpc_server, server_credentials
@@ -108,8 +109,9 @@ class Server:
             metrics_attach(worker)
 
         options.attach_worker = attach_worker
+        limiter = RateLimiter(list(config.rate_limit_resources)) if config.rate_limit else None
         self.repository = ModelRepository(
-            config.model_repositories, options, lambda mv, pool: make_scheduler(mv, pool, self.engine)
+            config.model_repositories, options, lambda mv, pool: make_scheduler(mv, pool, self.engine, limiter)
         )
         self.shm_registry = SharedMemoryRegistry() if config.allow_client_shm else None
         admission = Admission(config.max_inflight_requests, config.max_inflight_requests_per_model)

@@ -19,6 +19,7 @@ from service.config.endpoint_flags import (
 from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.ignored_flags import add_ignored_flags
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
+from service.config.rate_limit import ResourceLimit, add_rate_limit_flags, rate_limit_settings
 from service.config.tls import TlsSettings, tls_settings
 from service.config.values import parse_bool
 
@@ -96,6 +97,8 @@ class ServerConfig:
     host_policies: dict[str, HostPolicy] = field(default_factory=dict)  # --host-policy, by name
     frontend_processes: int = 1  # --frontend-processes: N >= 2 front-end processes over one core process
     argv: list[str] = field(default_factory=list)  # the flags as given (front-end processes parse the same)
+    rate_limit: bool = False  # --rate-limit=execution_count
+    rate_limit_resources: list[ResourceLimit] = field(default_factory=list)  # --rate-limit-resource entries
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -258,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_frontend_flags(p)
     add_openai_flags(p)
     add_cli_flags(p)
+    add_rate_limit_flags(p)
     add_ignored_flags(p)
     return p
 
@@ -362,6 +366,10 @@ def parse_args(argv: list[str]) -> ServerConfig:
         parser.error(f"--frontend-processes must be 1 or more, got {n}")
     config.frontend_processes = n
     config.argv = list(argv)
+    try:
+        config.rate_limit, config.rate_limit_resources = rate_limit_settings(args)
+    except ValueError as e:
+        parser.error(str(e))
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True
