@@ -3,6 +3,7 @@ its count (the models record when each execution starts and ends), explicit coun
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -86,7 +87,7 @@ def test_shared_resource_serialises_instances_of_two_models(start_server: Any, r
     spans = intervals(server.url)
     assert most_at_once(spans) == 1, sorted(spans)  # R exists once (the most any instance asks for)
     ordered = sorted(spans)
-    assert all(prev[1] <= cur[0] for prev, cur in zip(ordered, ordered[1:], strict=False))
+    assert all(prev[1] <= cur[0] for prev, cur in itertools.pairwise(ordered))
 
 
 def test_explicit_count_allows_that_many_and_refuses_an_instance_that_needs_more(

@@ -23,7 +23,9 @@ def worker(name: str, group: str, device: int = 0) -> Any:
     return SimpleNamespace(spec=SimpleNamespace(instance_name=name, group_name=group, device_id=device))
 
 
-GROUP = 'instance_group [ {{ name: "g" rate_limiter {{ resources [ {{ name: "R" count: {n} {g} }} ] priority: {p} }} }} ]'
+GROUP = (
+    'instance_group [ {{ name: "g" rate_limiter {{ resources [ {{ name: "R" count: {n} {g} }} ] priority: {p} }} }} ]'
+)
 
 
 def group(n: int, p: int = 0, is_global: bool = False) -> mc.ModelConfig:
@@ -110,7 +112,7 @@ def test_priority_weighs_executions() -> None:
 def test_resource_flag_parsing_uses_tritons_messages() -> None:
     assert parse_resource("R1:10") == ResourceLimit("R1", 10)
     assert parse_resource("R2:5:1") == ResourceLimit("R2", 5, 1)
-    with pytest.raises(ValueError, match="format is '<resource_name>:<count>:<device>' or '<resource_name>:<count>'"):
+    with pytest.raises(ValueError, match=r"format is '<resource_name>:<count>:<device>' or '<resource_name>:<count>'\."):
         parse_resource("R1")
-    with pytest.raises(ValueError, match="Invalid option value. Got x"):
+    with pytest.raises(ValueError, match=r"Invalid option value\. Got x"):
         parse_resource("R1:x")
