@@ -90,9 +90,7 @@ def test_shared_resource_serialises_instances_of_two_models(start_server: Any, r
     assert all(prev[1] <= cur[0] for prev, cur in itertools.pairwise(ordered))
 
 
-def test_explicit_count_allows_that_many_and_refuses_an_instance_that_needs_more(
-    start_server: Any, repo: Path
-) -> None:
+def test_explicit_count_allows_that_many_and_refuses_an_instance_that_needs_more(start_server: Any, repo: Path) -> None:
     args = ["--rate-limit=execution_count", "--rate-limit-resource=R:2", "--model-control-mode=explicit"]
     server = start_server([repo], [*args, "--load-model=model_a", "--load-model=model_b"])
     spans = intervals(server.url)

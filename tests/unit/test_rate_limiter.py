@@ -56,7 +56,7 @@ def test_explicit_counts_fail_an_instance_that_needs_more() -> None:
         "the minimum required count is 2"
     )
     assert rl.instances == {}  # nothing registered
-    with pytest.raises(ServiceError, match='limited to 0'):  # a resource the flags do not name has none
+    with pytest.raises(ServiceError, match="limited to 0"):  # a resource the flags do not name has none
         RateLimiter([ResourceLimit("OTHER", 5)]).add_model(object(), group(1), [worker("g_0", "g")])
 
 
@@ -112,7 +112,7 @@ def test_priority_weighs_executions() -> None:
 def test_resource_flag_parsing_uses_tritons_messages() -> None:
     assert parse_resource("R1:10") == ResourceLimit("R1", 10)
     assert parse_resource("R2:5:1") == ResourceLimit("R2", 5, 1)
-    with pytest.raises(ValueError, match=r"format is '<resource_name>:<count>:<device>' or '<resource_name>:<count>'\."):
+    with pytest.raises(ValueError, match=r"format is '<resource_name>:<count>:<device>' or"):
         parse_resource("R1")
     with pytest.raises(ValueError, match=r"Invalid option value\. Got x"):
         parse_resource("R1:x")
