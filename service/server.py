@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -117,7 +118,9 @@ class Server:
         admission = Admission(config.max_inflight_requests, config.max_inflight_requests_per_model)
         self.engine = Engine(self.repository, self.shm_registry, config.strict_readiness, admission)
         self.engine.model_control_mode = config.model_control_mode
-        if config.cache_bytes:
+        if config.cache is not None and config.cache.redis is not None:
+            self.engine.enable_redis_cache(config.cache.redis)
+        elif config.cache_bytes:
             self.engine.enable_response_cache(config.cache_bytes)
         if config.trace_config:
             self.engine.configure_tracing(*parse_trace_config(config.trace_config))
@@ -242,11 +245,23 @@ class Server:
             )
         return self._sampler
 
+    def _cache_failures(self) -> Callable[[], int] | None:
+        """The Redis cache's failure count (trireme_cache_failures_total); None for the local cache or none."""
+        gate = self.engine.cache_gate
+        if gate is None or not hasattr(gate.cache, "check"):
+            return None
+        counters = gate.cache.counters
+        return lambda: counters.failures
+
     def _collectors(self) -> list[Collector]:
         """What /metrics renders (the metrics port and the OpenAI port's /metrics alike)."""
         return [
             CoreCollector(
-                self.repository.ready_versions, self.metrics_config, self.sampler, self.engine.cache_gate is not None
+                self.repository.ready_versions,
+                self.metrics_config,
+                self.sampler,
+                self.engine.cache_gate is not None,
+                cache_failures=self._cache_failures(),
             ),
             self.custom_metrics,
             self.engine.llm_metrics,
