@@ -4,7 +4,11 @@ scattered batch_output; the Python backend's requests one by one; Triton's load 
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import os
+import subprocess
+import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -164,6 +168,23 @@ class TritonPythonModel:
         return out
 """
 
+TF_CONFIG = TORCH_CONFIG.replace('name: "ragged_torch"', 'name: "ragged_tf"').replace(
+    'platform: "pytorch_libtorch"', 'platform: "tensorflow_graphdef"'
+)
+
+# a frozen GraphDef: placeholders INPUT (FP32 [-1]) and ACC (INT32 [-1]); OUT = 2 * INPUT, ACC_OUT = ACC as rows
+TF_GRAPH = """
+import sys
+import tensorflow as tf
+graph = tf.Graph()
+with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None], name="INPUT")
+    acc = tf.compat.v1.placeholder(tf.int32, [None], name="ACC")
+    tf.identity(x * 2.0, name="OUT")
+    tf.expand_dims(acc, 1, name="ACC_OUT")
+open(sys.argv[1], "wb").write(graph.as_graph_def().SerializeToString())
+"""
+
 BAD_CONFIG = """
 name: "bad_source"
 backend: "python"
@@ -186,6 +207,11 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         with warnings.catch_warnings():  # torch >= 2.9 deprecates TorchScript, the format this platform loads
             warnings.simplefilter("ignore", DeprecationWarning)
             torch.jit.script(RaggedTorch()).save(str(repo / "ragged_torch" / "1" / "model.pt"))
+    if importlib.util.find_spec("tensorflow") is not None:
+        write_model(repo, "ragged_tf", TF_CONFIG)
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        target = repo / "ragged_tf" / "1" / "model.graphdef"
+        subprocess.run([sys.executable, "-c", TF_GRAPH, str(target)], check=True, env=env, timeout=300)
     return repo
 
 
@@ -193,7 +219,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     from tests.conftest import running_server
 
-    models = ["ragged_onnx", "ragged_python"] + (["ragged_torch"] if (repo / "ragged_torch" / "1").exists() else [])
+    models = ["ragged_onnx", "ragged_python"]
+    models += [m for m in ("ragged_torch", "ragged_tf") if (repo / m / "1").exists()]
     args = ["--model-control-mode=explicit", *(f"--load-model={m}" for m in models)]
     with running_server([repo], tmp_path_factory.mktemp("ragged_srv") / "server.log", args) as s:
         yield s
@@ -246,11 +273,12 @@ def test_onnx_gets_the_concatenated_input_and_every_batch_input(server: Any) -> 
     assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))  # consecutive, in batch order
 
 
-def test_torchscript_gets_the_concatenated_input(server: Any, repo: Path) -> None:
-    if not (repo / "ragged_torch" / "1" / "model.pt").exists():
-        pytest.skip("torch is not installed")
-    results = send_together(server.url, "ragged_torch")
-    assert executions(server.url, "ragged_torch") == 1
+@pytest.mark.parametrize("model", ["ragged_torch", "ragged_tf"])
+def test_torchscript_and_tensorflow_get_the_concatenated_input(server: Any, repo: Path, model: str) -> None:
+    if not (repo / model / "1").exists():
+        pytest.skip(f"{'torch' if model == 'ragged_torch' else 'tensorflow'} is not installed")
+    results = send_together(server.url, model)
+    assert executions(server.url, model) == 1
     ends = {}
     for x, r in results:
         np.testing.assert_array_equal(r.as_numpy("OUT"), x * 2)

@@ -246,6 +246,8 @@ class TensorFlowBackend(BatchingBackend):
         ):
             by_name = {t["name"]: t for t in specs}
             for name, tensor_name in pairs:
+                if name not in by_name:  # a batch input: made by the worker in the model's own shape
+                    continue
                 tensor = self.graph.get_tensor_by_name(tensor_name)
                 dtype, shape = tensor_info(self.tf, tensor.dtype, tensor.shape)
                 self._check(kind, by_name[name], dtype, shape if kind == "input" else None)
