@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tests.certs import CertFiles, make_certs
 from tests.conftest import ROOT, free_port, write_model
 from tests.integration.metrics_scrape import scrape
 from tests.integration.test_response_cache import COUNTING_PY, calls, counting_config, infer, stats
@@ -27,13 +28,18 @@ if shutil.which("redis-server") is None:
 class RedisServer:
     """A redis-server on a free port (no persistence), stopped by `stop`."""
 
-    def __init__(self, workdir: Path, port: int = 0, password: str = "") -> None:
+    def __init__(self, workdir: Path, port: int = 0, password: str = "", certs: CertFiles | None = None) -> None:
         self.port = port or free_port()
         self.password = password
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.certs = certs
+        ports = ["--port", "0", "--tls-port", str(self.port)] if certs else ["--port", str(self.port)]
+        args = ["redis-server", *ports, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         args += ["--dir", str(workdir)]
         if password:
             args += ["--requirepass", password]
+        if certs:  # TLS only, and clients must show a certificate the CA signed (Redis's default)
+            args += ["--tls-cert-file", str(certs.server_cert), "--tls-key-file", str(certs.server_key)]
+            args += ["--tls-ca-cert-file", str(certs.ca)]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while self._ping() is False:
@@ -41,18 +47,26 @@ class RedisServer:
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.05)
 
+    def client(self) -> Any:
+        import redis
+
+        tls: dict[str, Any] = {}
+        if self.certs:
+            c = self.certs
+            tls = {"ssl": True, "ssl_certfile": str(c.client_cert), "ssl_keyfile": str(c.client_key)}
+            tls.update(ssl_ca_certs=str(c.ca), ssl_check_hostname=False)
+        return redis.Redis(port=self.port, password=self.password or None, socket_timeout=1, **tls)
+
     def _ping(self) -> bool:
         import redis
 
         try:
-            return bool(redis.Redis(port=self.port, password=self.password or None, socket_timeout=1).ping())
+            return bool(self.client().ping())
         except redis.RedisError:
             return False
 
     def keys(self) -> list[bytes]:
-        import redis
-
-        return list(redis.Redis(port=self.port, password=self.password or None).keys("trireme:*"))
+        return list(self.client().keys("trireme:*"))
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -176,6 +190,27 @@ def test_password(start_server: Any, repo: Path, tmp_path: Path) -> None:
         c2 = client_of(wrong)
         assert [calls(infer(c2, "counting", x)) for _ in range(2)] == [1, 2]  # refused by Redis: misses
         assert scrape(wrong.metrics_url).value("trireme_cache_failures_total") >= 1
+        c.close()
+        c2.close()
+    finally:
+        redis_server.stop()
+
+
+def test_tls(start_server: Any, repo: Path, tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    redis_server = RedisServer(tmp_path, certs=certs)
+    try:
+        tls = [f"redis,{k}={v}" for k, v in (("cert", certs.client_cert), ("key", certs.client_key))]
+        tls += ["redis,tls_enabled=true", f"redis,cacert={certs.ca}"]
+        server = start_server([repo], redis_flags(redis_server.port, *(a for t in tls for a in ("--cache-config", t))))
+        c = client_of(server)
+        x = np.full(3, 9, np.float32)
+        assert [calls(infer(c, "counting", x)) for _ in range(2)] == [1, 1]  # stored and found over TLS
+        assert len(redis_server.keys()) == 1
+        plain = start_server([repo], redis_flags(redis_server.port))  # no TLS: Redis does not answer it
+        c2 = client_of(plain)
+        assert [calls(infer(c2, "counting", x)) for _ in range(2)] == [1, 2]
+        assert plain.log().count("requests are served as cache misses") == 1
         c.close()
         c2.close()
     finally:
