@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -28,6 +29,7 @@ from service.core.repository.poller import RepositoryPoller
 from service.core.repository.repository import READY, ModelRepository, RepositoryOptions
 from service.core.repository.shm_plan import plan_arenas
 from service.core.scheduling.factory import make_scheduler
+from service.core.scheduling.rate_limiter import RateLimiter
 from service.errors import ServiceError
 from service.examples import missing_example_lines
 from service.frontend.grpc.server import build_grpc_server, server_credentials
@@ -117,14 +119,17 @@ class Server:
             model_logs.attach(worker, self.engine.log_settings)
 
         options.attach_worker = attach_worker
+        limiter = RateLimiter(list(config.rate_limit_resources)) if config.rate_limit else None
         self.repository = ModelRepository(
-            config.model_repositories, options, lambda mv, pool: make_scheduler(mv, pool, self.engine)
+            config.model_repositories, options, lambda mv, pool: make_scheduler(mv, pool, self.engine, limiter)
         )
         self.shm_registry = SharedMemoryRegistry() if config.allow_client_shm else None
         admission = Admission(config.max_inflight_requests, config.max_inflight_requests_per_model)
         self.engine = Engine(self.repository, self.shm_registry, config.strict_readiness, admission)
         self.engine.model_control_mode = config.model_control_mode
-        if config.cache_bytes:
+        if config.cache is not None and config.cache.redis is not None:
+            self.engine.enable_redis_cache(config.cache.redis)
+        elif config.cache_bytes:
             self.engine.enable_response_cache(config.cache_bytes)
         if config.trace_config:
             self.engine.configure_tracing(*parse_trace_config(config.trace_config))
@@ -282,11 +287,23 @@ class Server:
             )
         return self._sampler
 
+    def _cache_failures(self) -> Callable[[], int] | None:
+        """The Redis cache's failure count (trireme_cache_failures_total); None for the local cache or none."""
+        gate = self.engine.cache_gate
+        if gate is None or not hasattr(gate.cache, "check"):
+            return None
+        counters = gate.cache.counters
+        return lambda: counters.failures
+
     def _collectors(self) -> list[Collector]:
         """What /metrics renders (the metrics port and the OpenAI port's /metrics alike)."""
         return [
             CoreCollector(
-                self.repository.ready_versions, self.metrics_config, self.sampler, self.engine.cache_gate is not None
+                self.repository.ready_versions,
+                self.metrics_config,
+                self.sampler,
+                self.engine.cache_gate is not None,
+                cache_failures=self._cache_failures(),
             ),
             self.custom_metrics,
             self.engine.llm_metrics,

@@ -68,6 +68,20 @@ if command -v npm >/dev/null 2>&1; then
 else
   step "npm: not found; the Azure repository tests (Azurite) skip"
 fi
+# Redis for the Redis response cache tests (tests/integration/test_redis_cache.py, skipped without them): the
+# redis client (the trireme[redis] extra) and the Debian redis-server, only as root with apt, never fatal
+step "pip: the redis extra (the Redis response cache's client)"
+.venv/bin/python -m pip install -q -e ".[redis]" 2>/dev/null || echo "note: redis not installable; the Redis cache tests skip"
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    step "apt-get: redis-server for the Redis response cache tests"
+    { apt-get install -y -q redis-server >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q redis-server >/dev/null 2>&1; }; } \
+      || echo "note: redis-server not installable; the Redis cache tests skip"
+  else
+    step "apt-get: redis-server not installed (needs root); the Redis cache tests skip"
+  fi
+fi
 step "checking the generated protobuf code (tools/gen_protos.py --check)"
 .venv/bin/python tools/gen_protos.py --check
 step "ruff check"

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 
 from service.config.access import GrpcSettings, RestrictedApi, add_security_flags, check_restricted, grpc_settings
+from service.config.cache_config import CacheSettings, parse_cache_settings
 from service.config.cli_checks import add_cli_flags, reject_unknown
 from service.config.cloud import (
     SageMakerOptions,
@@ -29,6 +30,7 @@ from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.ignored_flags import add_ignored_flags
 from service.config.log_flags import add_log_flags
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
+from service.config.rate_limit import ResourceLimit, add_rate_limit_flags, rate_limit_settings
 from service.config.repository_flags import LoadingOptions, add_repository_flags, loading_options
 from service.config.tls import TlsSettings, tls_settings
 from service.config.values import parse_bool
@@ -40,22 +42,9 @@ EXAMPLE_REPOSITORY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspat
 
 
 def parse_cache_config(entries: list[str]) -> int | None:
-    """Byte budget from `--cache-config local,size=N` entries; None when no cache is configured.
-
-    Raises ValueError for another cache implementation or a malformed setting.
-    """
-    size: int | None = None
-    for entry in entries:
-        name, _, setting = entry.partition(",")
-        if name != "local":
-            raise ValueError(f"unsupported cache '{name}': only the 'local' cache is available")
-        key, _, value = setting.partition("=")
-        if key != "size":
-            raise ValueError(f"unknown 'local' cache setting '{key}' (expected size=<bytes>)")
-        if not value.isascii() or not value.isdigit():
-            raise ValueError(f"'local' cache size must be a number of bytes, got '{value}'")
-        size = int(value)
-    return size
+    """Byte budget of a `--cache-config local,size=N` cache; None without one (ValueError when malformed)."""
+    cache = parse_cache_settings(entries)
+    return cache.size if cache is not None and cache.kind == "local" else None
 
 
 @dataclass(slots=True)
@@ -112,6 +101,9 @@ class ServerConfig:
     log_file: str = ""  # --log-file ("": stderr)
     log_format: str = ""  # --log-format: default | ISO8601 | json ("": Python's layout; docs/logging.md)
     loading: LoadingOptions = field(default_factory=LoadingOptions)  # load threads/retries, namespacing, agents
+    cache: CacheSettings | None = None  # --cache-config: the local or redis response cache
+    rate_limit: bool = False  # --rate-limit=execution_count
+    rate_limit_resources: list[ResourceLimit] = field(default_factory=list)  # --rate-limit-resource entries
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -234,8 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-config",
         action="append",
         default=[],
-        metavar="local,size=BYTES",
-        help="response cache and its byte budget; models opt in with response_cache { enable: true } (off)",
+        metavar="CACHE,KEY=VALUE",
+        help="the response cache: local,size=BYTES (in memory) or redis,host=H / redis,port=P (and Triton's "
+        "other redis keys), repeatable; models opt in with response_cache { enable: true } (off)",
     )
     p.add_argument(
         "--response-cache-byte-size",
@@ -279,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cloud_flags(p)
     add_log_flags(p)
     add_grpc_flags(p)
+    add_rate_limit_flags(p)
     add_ignored_flags(p)
     return p
 
@@ -344,7 +338,8 @@ def parse_args(argv: list[str]) -> ServerConfig:
         if backend == "python" and key == "shm-growth-byte-size" and value.isdigit():
             config.arena_growth_bytes = max(1 << 16, int(value))
     try:
-        config.cache_bytes = parse_cache_config(list(args.cache_config))
+        config.cache = parse_cache_settings(list(args.cache_config))
+        config.cache_bytes = config.cache.size if config.cache is not None and config.cache.kind == "local" else None
     except ValueError as e:
         parser.error(f"--cache-config: {e}")
     if config.cache_bytes is None and args.response_cache_byte_size:
@@ -387,6 +382,10 @@ def parse_args(argv: list[str]) -> ServerConfig:
     config.log_file, config.log_format = args.log_file, args.log_format
     apply_grpc_flags(config.grpc, args)
     config.loading = loading_options(args, parser)
+    try:
+        config.rate_limit, config.rate_limit_resources = rate_limit_settings(args)
+    except ValueError as e:
+        parser.error(str(e))
     if not config.model_repositories:
         config.model_repositories = [EXAMPLE_REPOSITORY]
         config.using_example_repository = True

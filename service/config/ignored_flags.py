@@ -16,8 +16,6 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--cuda-virtual-address-size": "CUDA virtual address space per GPU",
     "--min-supported-compute-capability": "oldest CUDA compute capability used",
     "--buffer-manager-thread-count": "threads that copy input/output buffers",
-    "--rate-limit": "rate limiter mode (off, execution_count)",
-    "--rate-limit-resource": "a resource of the rate limiter (name:count:device)",
     "--cache-directory": "directory of cache implementations",
     "--log-info": "log INFO messages (Trireme: always on)",
     "--log-warning": "log WARNING messages (Trireme: always on)",

@@ -111,6 +111,14 @@ class Engine:
 
         self.cache_gate = CacheGate(ResponseCache(budget_bytes), self.shm_holds.input_bytes)
 
+    def enable_redis_cache(self, settings: Any) -> None:
+        """The same cache in a Redis server (--cache-config redis,...; a RedisSettings), shared by replicas."""
+        from service.core.pipeline.redis_cache import RedisResponseCache
+
+        cache = RedisResponseCache(settings)
+        cache.check()
+        self.cache_gate = CacheGate(cache, self.shm_holds.input_bytes)
+
     # ---- model control ----------------------------------------------------------------------------------
     def _require_explicit(self) -> None:
         if self.model_control_mode != "explicit":

@@ -20,6 +20,7 @@ class InstanceSpec:
     instance_name: str
     instance_kind: str = "CPU"
     device_id: int = 0
+    group_name: str = ""  # the instance_group it comes from (its rate_limiter settings)
     arena_bytes: int = 256 << 20
     arena_growth_bytes: int = 64 << 20
     arena_reserve: bool = False  # posix_fallocate the arenas at start (a full /dev/shm fails the load, never SIGBUS)

@@ -274,6 +274,6 @@ def test_cached_ensemble_answers_without_running_its_steps(client: Any) -> None:
 
 
 def test_unknown_cache_implementation_fails_at_start(start_server: Any) -> None:
-    server = start_server(args=["--cache-config", "redis,host=localhost"], wait=False)
+    server = start_server(args=["--cache-config", "memcached,host=localhost"], wait=False)
     assert server.proc.wait(60) != 0
-    assert "only the 'local' cache is available" in server.log()
+    assert "unsupported cache 'memcached': the 'local' and 'redis' caches are available" in server.log()

@@ -148,11 +148,13 @@ class CoreCollector:
         config: MetricsConfig,
         system: Any = None,
         cache_enabled: bool = False,
+        cache_failures: Callable[[], int] | None = None,
     ) -> None:
         self.ready_versions = ready_versions
         self.config = config
         self.system = system  # SystemSampler (CPU/GPU gauges) or None
         self.cache_enabled = cache_enabled  # the server has a response cache (--cache-config)
+        self.cache_failures = cache_failures  # failed operations of a Redis response cache
 
     def versions(self) -> VersionList:
         """(labels, model version) of every READY version, sorted by model name and version."""
@@ -277,3 +279,11 @@ class CoreCollector:
         for labels, mv in versions:
             restarts.add_sample(restarts.name, labels, mv.pool.restarts if mv.pool is not None else 0)
         yield restarts
+        if self.cache_failures is not None:
+            failures = _metric(
+                "trireme_cache_failures_total",
+                "Operations of the Redis response cache that failed (those requests were served as misses)",
+                "counter",
+            )
+            failures.add_sample(failures.name, {}, self.cache_failures())
+            yield failures

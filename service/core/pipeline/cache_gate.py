@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from service.core.pipeline.response_cache import ResponseCache, request_key
+from service.core.pipeline.response_cache import CacheStore, request_key
 from service.core.repository.repository import ModelVersion
 from service.types import InferRequest, InferResponse, OutputTensor, ResponseCallback
 
@@ -20,7 +20,7 @@ ShmReader = Callable[[InferRequest, str], memoryview | None]
 class CacheGate:
     """Looks requests up in the cache and wraps the response path of misses to store their result."""
 
-    def __init__(self, cache: ResponseCache, read_shm: ShmReader) -> None:
+    def __init__(self, cache: CacheStore, read_shm: ShmReader) -> None:
         self.cache = cache
         self._read_shm = read_shm
 

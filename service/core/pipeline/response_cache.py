@@ -11,6 +11,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import xxhash
 
@@ -40,6 +41,7 @@ class CacheCounters:
     inserts: int = 0
     evictions: int = 0
     skipped_oversize: int = 0
+    failures: int = 0  # Redis operations that failed (the request was served as a miss)
 
 
 def request_key(
@@ -82,6 +84,18 @@ def request_key(
     for o in sorted(requested, key=lambda o: o.name):
         h.update(f"\x01{o.name}:{o.classification}".encode())
     return h.digest()
+
+
+class CacheStore(Protocol):
+    """What the cache gate needs of a cache: the local one below, or the Redis one (redis_cache.py)."""
+
+    counters: CacheCounters
+
+    def lookup(self, key: bytes) -> CachedResponse | None:
+        """The cached response for `key`, or None."""
+
+    def insert(self, key: bytes, outputs: list[OutputTensor], parameters: dict[str, ParamValue]) -> bool:
+        """Store a response under `key`; False when it was not stored."""
 
 
 class ResponseCache:

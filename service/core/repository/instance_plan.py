@@ -102,6 +102,7 @@ def instance_specs(
                         config_json=config_json,
                         instance_name=f"{group.name}_{k}" if kind != "GPU" else f"{group.name}_{device}_{k}",
                         instance_kind=kind,
+                        group_name=group.name,
                         device_id=device,
                         arena_bytes=arena_bytes,
                         arena_growth_bytes=arena_growth_bytes,
@@ -152,6 +153,10 @@ async def update_instances(
         log.error("failed to update '%s' version %d: %s", mv.name, mv.version, e.message)
         mv.reason = f"update failed, still serving the previous instances: {e.message}"
         return f"version {mv.version} is at UNAVAILABLE state: {e.message}"
+    limiter = getattr(scheduler, "limiter", None)
+    if limiter is not None:  # the new config's rate_limiter settings, for the new instances and the kept ones
+        for w in pool.workers:
+            limiter.add_worker(scheduler, config, w)
     for w in added:
         scheduler.add_worker(w)
     leaving = [w for w in pool.workers if any(w.spec is s for s in drop)]

@@ -11,6 +11,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from protos import model_config_pb2 as mc
+from service.core.repository.batch_io import validate_batch_io
 from service.errors import ErrorCode, ServiceError
 
 ModelConfig = mc.ModelConfig
@@ -210,6 +211,7 @@ def validate(config: mc.ModelConfig, model_name: str, path: str) -> None:
     for group in config.instance_group:
         if group.count < 1:
             raise config_error(path, f"instance_group '{group.name}' count must be >= 1")
+    validate_batch_io(config)
 
 
 def to_json_dict(message: Message) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from service.core.repository.versions import build_signature, scan_repositories
 from service.core.repository.warmup import run_warmup
 from service.core.scheduling.ensemble import LoadBarrier
 from service.core.scheduling.ensemble_graph import step_model_names
-from service.core.scheduling.scheduler import Scheduler
+from service.core.scheduling.scheduler import InstanceScheduler, Scheduler
 from service.errors import ErrorCode, ServiceError
 from service.instances.pool import InstancePool
 from service.ipc.devices import visible_gpu_count
@@ -356,6 +356,8 @@ class ModelRepository(ConfigPreparation):
 
     async def _stop_version(self, mv: ModelVersion, reason: str = "", timeout_s: float = FINALIZE_TIMEOUT_S) -> None:
         if mv.scheduler is not None:
+            if isinstance(mv.scheduler, InstanceScheduler):
+                mv.scheduler.leave_rate_limiter()
             await mv.scheduler.stop()
         if mv.pool is not None:
             await mv.pool.stop(timeout_s, reason)

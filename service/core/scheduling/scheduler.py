@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from service.core.observability import trace_hooks
 from service.core.observability.stats import BACKEND, CANCELED, OTHER, REJECTED, ModelStats
 from service.core.scheduling.drain import DrainSignal
+from service.core.scheduling.rate_limiter import RateLimiter
 from service.errors import ErrorCode, ServiceError
 from service.instances.pool import InstancePool
 from service.instances.process import WorkerProcess
@@ -165,6 +166,22 @@ class InstanceScheduler(Scheduler):
         pool.on_available = self._on_available
         pool.on_lost = self._on_lost
         self.clock: Clock = clock if clock is not None else LoopClock(asyncio.get_running_loop())
+        self.limiter: RateLimiter | None = None
+
+    def use_rate_limiter(self, limiter: RateLimiter) -> None:
+        """Run every batch through the server's rate limiter (called before the first request). No pipelining:
+        an instance holds its resources for one execution at a time."""
+        self.limiter = limiter
+        self.depth = 1
+        self.idle = deque(dict.fromkeys(self.idle))
+
+    def leave_rate_limiter(self) -> None:
+        """The version is being unloaded: the limiter forgets its instances; batches still staged are answered."""
+        if self.limiter is not None:
+            for staged in self.limiter.remove_model(self):
+                for req in staged.batch:
+                    self.reject(req, ErrorCode.UNAVAILABLE, UNLOADING_MESSAGE)
+            self.limiter = None
 
     @property
     def ready(self) -> bool:
@@ -259,6 +276,12 @@ class InstanceScheduler(Scheduler):
 
     # ---- dispatch --------------------------------------------------------------------------------------
     def _dispatch(self, worker: WorkerProcess, batch: list[InferRequest]) -> None:
+        if self.limiter is not None:  # the limiter runs it when the instance's turn and resources come
+            self.limiter.admit(self, worker, batch, self._run)
+        else:
+            self._run(worker, batch)
+
+    def _run(self, worker: WorkerProcess, batch: list[InferRequest]) -> None:
         now = self.clock.now_ns()
         for req in batch:
             track: Any = req.context
@@ -276,6 +299,8 @@ class InstanceScheduler(Scheduler):
     def _on_done(self, worker: WorkerProcess, done: ipc.ExecDone | None) -> None:
         running = self.running.get(worker)
         batch = running.popleft() if running else []
+        if self.limiter is not None:
+            self.limiter.release(self, worker)
         if not running:
             self.running.pop(worker, None)
         else:  # a pipelined batch starts now: its queue time ends here, as if it had been dispatched now

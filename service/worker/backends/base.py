@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from service.errors import ErrorCode
+from service.worker.backends.batch_io import batch_inputs, scatter
 from service.worker.backends.tensor_batch import concat_rows, group_compatible, split_rows
 
 
@@ -154,6 +155,18 @@ class BatchingBackend(Backend):
         self.output_reshape = {
             t["name"]: [int(d) for d in t.get("dims", [])] for t in self.config_outputs if "reshape" in t
         }
+        # ragged batching (docs/ragged-batching.md): inputs concatenated as one 1-D tensor, inputs the batch makes,
+        # outputs scattered back by an input's shapes
+        self.ragged = frozenset(t["name"] for t in self.config_inputs if t.get("allow_ragged_batch"))
+        self.batch_input_specs: list[dict[str, Any]] = list(context.config.get("batch_input", []))
+        self.batch_input_names = [n for spec in self.batch_input_specs for n in spec.get("target_name", [])]
+        self.scatter_outputs = {
+            name: spec["source_input"][0]
+            for spec in context.config.get("batch_output", [])
+            if spec.get("source_input")
+            for name in spec.get("target_name", [])
+        }
+        self._ragged_io = bool(self.ragged or self.batch_input_specs or self.scatter_outputs)
 
     @abstractmethod
     def run(self, inputs: dict[str, Any], rows: int) -> dict[str, np.ndarray]:
@@ -163,9 +176,13 @@ class BatchingBackend(Backend):
         """The input `name` of a group, concatenated along dim 0 (a single part is passed through)."""
         return parts[0] if len(parts) == 1 else concat_rows(parts)
 
+    def model_input_names(self) -> list[str]:
+        """The inputs the model itself takes: the config's, then the batch inputs' targets."""
+        return [t["name"] for t in self.config_inputs] + self.batch_input_names
+
     def execute(self, requests: list[WorkerRequest]) -> None:
         """Run each shape-compatible group of requests as one forward call and answer every request."""
-        groups = [[r] for r in requests] if self.max_batch_size == 0 else group_compatible(requests)
+        groups = [[r] for r in requests] if self.max_batch_size == 0 else group_compatible(requests, self.ragged)
         for group in groups:
             try:
                 self._run_group(group)
@@ -179,21 +196,46 @@ class BatchingBackend(Backend):
         first = group[0]
         names = list(first.inputs)
         if self.max_batch_size > 0 and names:
-            sizes = [int(r.inputs[names[0]].shape[0]) for r in group]
+            # the batch dimension of a ragged input says the same, but other inputs are the usual witnesses
+            witness = next((n for n in names if n not in self.ragged), names[0])
+            sizes = [int(r.inputs[witness].shape[0]) for r in group]
         else:
             sizes = [1] * len(group)
         rows = sum(sizes)
-        inputs = {name: self.gather(name, [r.inputs[name] for r in group]) for name in names}
+        ragged = self.ragged
+        inputs = {
+            name: self.gather(
+                name, [r.inputs[name].reshape(-1) for r in group] if name in ragged else [r.inputs[name] for r in group]
+            )
+            for name in names
+        }
         if self.input_reshape:
-            inputs = {n: self._reshape(a, self.input_reshape.get(n), rows) for n, a in inputs.items()}
+            inputs = {
+                n: self._reshape(a, self.input_reshape.get(n), rows) if n not in ragged else a
+                for n, a in inputs.items()
+            }
+        if self.batch_input_specs:
+            try:
+                made = batch_inputs(self.batch_input_specs, group)
+            except ValueError as e:
+                raise BackendError(str(e)) from None
+            inputs.update((name, self.gather(name, [value])) for name, value in made.items())
         outputs = self.run(inputs, rows)
         if self.output_reshape:
             outputs = {n: self._reshape(a, self.output_reshape.get(n), rows) for n, a in outputs.items()}
-        if len(group) == 1:
+        if len(group) == 1 and not self._ragged_io:
             _respond(first, outputs)
             return
         pieces: dict[str, list[np.ndarray]] = {}
         for name, array in outputs.items():
+            source = self.scatter_outputs.get(name)
+            if source is not None:
+                dims = next((list(map(int, t.get("dims", []))) for t in self.config_outputs if t["name"] == name), [])
+                try:
+                    pieces[name] = scatter(array, dims, source, group, self.max_batch_size > 0)
+                except ValueError as e:
+                    raise BackendError(f"output '{name}' of model '{self.context.model_name}': {e}") from None
+                continue
             if array.ndim == 0 or array.shape[0] != rows:
                 raise BackendError(
                     f"output '{name}' of model '{self.context.model_name}' has shape {list(array.shape)}; its "

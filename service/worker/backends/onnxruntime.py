@@ -205,20 +205,41 @@ class OnnxBackend(BatchingBackend):
                         f"unable to load model '{model}', unexpected inference {kind} '{t['name']}', allowed "
                         f"{kind}s are: {', '.join(by_name)}"
                     )
+                if kind == "output" and t["name"] in self.scatter_outputs:  # shaped by the batch: type only
+                    if t.get("data_type", "") != found[0]:
+                        raise BackendError(
+                            f"unable to load model '{model}', configuration expects datatype {t.get('data_type')} "
+                            f"for output '{t['name']}', model provides {found[0]}"
+                        )
+                    continue
+                ragged = kind == "input" and t["name"] in self.ragged  # the model takes it as one 1-D tensor
                 check_tensor(
                     model,
                     kind,
                     t["name"],
                     t.get("data_type", ""),
-                    [int(d) for d in t.get("dims", [])],
+                    [-1] if ragged else [int(d) for d in t.get("dims", [])],
                     found[0],
                     found[1],
-                    self.max_batch_size,
+                    0 if ragged else self.max_batch_size,
                 )
                 if kind == "input" and found[0] == "TYPE_STRING":
                     self.string_inputs.add(t["name"])
-        required = {n for n, _, _ in inputs}
-        configured = {t["name"] for t in self.config_inputs}
+        by_input = {n: t for n, t, _ in inputs}
+        for spec in self.batch_input_specs:
+            for target in spec.get("target_name", []):
+                if target not in by_input:
+                    raise BackendError(
+                        f"unable to load model '{model}', batch input '{target}' is not an input of the model, "
+                        f"allowed inputs are: {', '.join(by_input)}"
+                    )
+                if by_input[target] != spec.get("data_type"):
+                    raise BackendError(
+                        f"unable to load model '{model}', configuration expects datatype {spec.get('data_type')} "
+                        f"for batch input '{target}', model provides {by_input[target]}"
+                    )
+        required = set(by_input)
+        configured = set(self.model_input_names())
         missing = sorted(required - configured)
         if missing:
             raise BackendError(

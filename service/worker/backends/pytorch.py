@@ -138,7 +138,7 @@ class TorchBackend(BatchingBackend):
         ctx = self.context
         arguments = list(self.module.forward.schema.arguments)[1:]  # drop self
         arg_names = [a.name for a in arguments]
-        names = [t["name"] for t in self.config_inputs]
+        names = self.model_input_names()
         for t in self.config_inputs:
             datatype = CONFIG_TO_DATATYPE.get(t.get("data_type", ""), "")
             if datatype not in self.dtypes:

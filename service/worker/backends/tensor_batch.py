@@ -17,16 +17,24 @@ class HasInputs(Protocol):
 R = TypeVar("R", bound=HasInputs)
 
 
-def shape_key(inputs: dict[str, np.ndarray]) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
-    """What must be equal for two requests to share one forward call: names, dtypes, dims after the batch dim."""
-    return tuple(sorted((name, array.dtype.str, tuple(array.shape[1:])) for name, array in inputs.items()))
+def shape_key(
+    inputs: dict[str, np.ndarray], ragged: frozenset[str] = frozenset()
+) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+    """What must be equal for two requests to share one forward call: names, dtypes, dims after the batch dim
+    (not for `ragged` inputs, which are concatenated whatever their shapes)."""
+    return tuple(
+        sorted(
+            (name, array.dtype.str, tuple(array.shape[1:]) if name not in ragged else ())
+            for name, array in inputs.items()
+        )
+    )
 
 
-def group_compatible(requests: Sequence[R]) -> list[list[R]]:
+def group_compatible(requests: Sequence[R], ragged: frozenset[str] = frozenset()) -> list[list[R]]:
     """Requests grouped by shape_key; groups in order of first appearance, requests in order within a group."""
     groups: dict[tuple[tuple[str, str, tuple[int, ...]], ...], list[R]] = {}
     for req in requests:
-        groups.setdefault(shape_key(req.inputs), []).append(req)
+        groups.setdefault(shape_key(req.inputs, ragged), []).append(req)
     return list(groups.values())
 
 

@@ -234,8 +234,8 @@ class TensorFlowBackend(BatchingBackend):
                 )
             return f"{op_name}:{index}"
 
-        for t in self.config_inputs:
-            self.feeds[t["name"]] = resolve("input", t["name"], placeholders)
+        for name in self.model_input_names():
+            self.feeds[name] = resolve("input", name, placeholders)
         outputs = sorted(n for n, op in ops.items() if op.outputs and op.type != "Placeholder")
         self.fetches = [(t["name"], resolve("output", t["name"], outputs)) for t in self.config_outputs]
         # data types always; shapes of inputs only: Triton never checks a GraphDef's output shapes (it answers
@@ -246,12 +246,26 @@ class TensorFlowBackend(BatchingBackend):
         ):
             by_name = {t["name"]: t for t in specs}
             for name, tensor_name in pairs:
+                if name not in by_name:  # a batch input: made by the worker in the model's own shape
+                    continue
                 tensor = self.graph.get_tensor_by_name(tensor_name)
                 dtype, shape = tensor_info(self.tf, tensor.dtype, tensor.shape)
                 self._check(kind, by_name[name], dtype, shape if kind == "input" else None)
 
     def _check(self, kind: str, spec: dict[str, Any], dtype: str, shape: list[int] | None) -> None:
         """check_tensor against the config's dims (its reshape when given); shape None checks the type only."""
+        if kind == "input" and spec["name"] in self.ragged:  # the model takes it as one 1-D tensor
+            check_tensor(
+                self.context.model_name,
+                kind,
+                spec["name"],
+                spec.get("data_type", ""),
+                [-1],
+                dtype,
+                shape if shape is not None else [-1],
+                0,
+            )
+            return
         dims = [int(d) for d in (spec["reshape"].get("shape", []) if "reshape" in spec else spec.get("dims", []))]
         if shape is None:
             shape = ([-1] if self.max_batch_size > 0 else []) + dims
@@ -289,6 +303,10 @@ class TensorFlowBackend(BatchingBackend):
                 f"unable to load model '{model}', configuration expects {len(self.config_inputs)} inputs, model "
                 f"provides {len(inputs)}"
             )
+        for name in self.batch_input_names:
+            if name not in inputs:
+                raise BackendError(f"unable to load model '{model}': batch input '{name}' is not an input of the model")
+            self.feeds[name] = inputs[name][2]
         for name in controls:
             if name not in inputs:
                 raise BackendError(
