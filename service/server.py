@@ -133,7 +133,10 @@ class Server:
             self.engine.enable_response_cache(config.cache_bytes)
         if config.trace_config:
             self.engine.configure_tracing(*parse_trace_config(config.trace_config))
-        self.engine.log_settings.log_verbose_level = config.log_verbose
+        settings = self.engine.log_settings
+        settings.log_verbose_level = config.log_verbose
+        settings.log_info, settings.log_warning, settings.log_error = config.log_severities
+        settings.apply()
         self.engine.log_settings.log_file = config.log_file
         self.engine.log_settings.log_format = config.log_format or "default"
         self.bls.engine = self.engine

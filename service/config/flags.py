@@ -99,6 +99,7 @@ class ServerConfig:
     sagemaker: SageMakerOptions = field(default_factory=SageMakerOptions)  # --allow-sagemaker (docs/sagemaker.md)
     vertex_ai: VertexAiOptions = field(default_factory=VertexAiOptions)  # --allow-vertex-ai (docs/vertex_ai.md)
     log_file: str = ""  # --log-file ("": stderr)
+    log_severities: tuple[bool, bool, bool] = (True, True, True)  # --log-info, --log-warning, --log-error
     log_format: str = ""  # --log-format: default | ISO8601 | json ("": Python's layout; docs/logging.md)
     loading: LoadingOptions = field(default_factory=LoadingOptions)  # load threads/retries, namespacing, agents
     cache: CacheSettings | None = None  # --cache-config: the local or redis response cache
@@ -380,6 +381,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
     config.argv = list(argv)
     _cloud(parser, args, argv, config)
     config.log_file, config.log_format = args.log_file, args.log_format
+    config.log_severities = (args.log_info, args.log_warning, args.log_error)
     apply_grpc_flags(config.grpc, args)
     config.loading = loading_options(args, parser)
     try:

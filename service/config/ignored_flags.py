@@ -17,9 +17,6 @@ IGNORED_TRITON_FLAGS: dict[str, str] = {
     "--min-supported-compute-capability": "oldest CUDA compute capability used",
     "--buffer-manager-thread-count": "threads that copy input/output buffers",
     "--cache-directory": "directory of cache implementations",
-    "--log-info": "log INFO messages (Trireme: always on)",
-    "--log-warning": "log WARNING messages (Trireme: always on)",
-    "--log-error": "log ERROR messages (Trireme: always on)",
 }
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -93,3 +95,24 @@ def test_settings_changes_reach_model_lines_at_once(server: ServerProcess, mode:
         http.update_log_settings({"log_verbose_level": 0, "log_error": False, "log_warning": True})
         assert _lines_of(server, model, 4) == {"warn-line", "enum-warning-line"}
         http.update_log_settings({"log_verbose_level": 0, "log_info": True, "log_warning": True, "log_error": True})
+
+
+def test_severity_flags_set_the_start_up_settings(tmp_path: Path, start_server: Any) -> None:
+    """--log-info=false (Triton's flag): no INFO line from the server or its models, warnings still logged."""
+    write_model(
+        tmp_path / "repo",
+        "logger_process",
+        """
+        name: "logger_process"
+        backend: "python"
+        input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        """,
+        MODEL_PY,
+    )
+    server = start_server([tmp_path / "repo"], ["--log-info=false", "--log-error=false"])
+    with httpclient.InferenceServerClient(server.http_url) as http:
+        settings = http.get_log_settings()
+        assert (settings["log_info"], settings["log_warning"], settings["log_error"]) == (False, True, False)
+    assert _lines_of(server, "logger_process", 1) == {"warn-line", "enum-warning-line"}
+    assert "successfully loaded" not in server.log()
