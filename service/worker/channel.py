@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from service.ipc import frames as ipc
 from service.ipc.arena import DEFAULT_GROWTH_BYTES, ArenaMap, GrowingArena
@@ -125,6 +126,7 @@ class ClientCudaRegions:
             self._regions.clear()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # InProcessChannel, when compiled with mypyc
 class WorkerChannel:
     """Frames in and out of the worker, plus the arenas shared with the server."""
 
@@ -227,9 +229,8 @@ class WorkerChannel:
         while not future.done():
             if self._read_lock.acquire(timeout=0.001):
                 try:
-                    if future.done():
-                        break
-                    self.on_message(self.recv())
+                    if not future.done():  # (no `break` in try/finally: mypyc cannot compile it)
+                        self.on_message(self.recv())
                 finally:
                     self._read_lock.release()
         return future.result()
