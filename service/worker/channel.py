@@ -14,7 +14,7 @@ import socket
 import threading
 from collections.abc import Callable, Sized
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -252,7 +252,9 @@ class WorkerChannel:
     def tensor_to_numpy(self, t: ipc.TensorMsg) -> np.ndarray:
         """Materialize an input: a view over the arena or the client's segment (no copy) when possible."""
         if t.where == ipc.WHERE_INLINE:
-            return raw_to_numpy(t.data, t.datatype, t.shape)
+            # in-process instances pass memoryviews where frames carry bytes: read untyped, or mypyc's checked
+            # read of the `bytes` field would refuse them
+            return raw_to_numpy(cast(Any, t).data, t.datatype, t.shape)
         if t.where == ipc.WHERE_ARENA:
             assert self.in_arena is not None
             return raw_to_numpy(self.in_arena.buffer[t.offset : t.offset + t.nbytes], t.datatype, t.shape)
