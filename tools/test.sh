@@ -54,7 +54,7 @@ fi
 # second forces pure Python (TRIREME_PURE_PYTHON=1), so both builds are tested. A failed compile fails the run.
 # TRIREME_COMPILED=0 skips it (both passes then run pure Python).
 if [ "${TRIREME_COMPILED:-1}" != 0 ]; then
-  step "mypyc: compiling the hot path (tools/build_compiled.py; about 2-3 min on 2 cores)"
+  step "mypyc: compiling the hot path (tools/build_compiled.py; about 45 CPU-seconds)"
   compile_start=$(date +%s)
   .venv/bin/python tools/build_compiled.py >/dev/null
   step "mypyc: compiled in $(( $(date +%s) - compile_start )) s"
