@@ -26,11 +26,16 @@ PURE_ENV = "TRIREME_PURE_PYTHON"
 # as `python -m service.worker.main` (runpy cannot run an extension module), service/ipc/frames.py declares
 # msgspec Structs (mypyc drops their class keywords: tag, array_like), service/worker/backends/python.py's class
 # is subclassed at run time (load_backend_class), service/instances/transfer.py's ArenaTransfer is a second base of
-# WorkerProcess beside FrameDispatch (two compiled bases conflict; a non-native class rejects subclasses).
+# WorkerProcess beside FrameDispatch (two compiled bases conflict; a non-native class rejects subclasses);
+# service/frontend/grpc/handlers.py: mypyc 2.4 emits C that does not compile (two closures' environments of the
+# same name).
 COMPILED_MODULES: tuple[str, ...] = (
     "service/frontend/grpc/codec.py",
     "service/frontend/http/codec.py",
     "service/frontend/http/h1.py",
+    "service/frontend/http/server.py",
+    "service/frontend/http/routing.py",
+    "service/frontend/http/heads.py",
     "service/core/engine.py",
     "service/core/pipeline/validation.py",
     "service/core/pipeline/callbacks.py",
