@@ -1,11 +1,9 @@
 """Trireme: a Triton-compatible inference server in Python."""
 
-import os as _os
+from service.compiled import force_pure_python, pure_forced
 
 # TRIREME_PURE_PYTHON=1: run the pure-Python build even where compiled modules are present (service/compiled.py)
-if _os.environ.get("TRIREME_PURE_PYTHON", "").strip().lower() not in ("", "0", "false", "no"):
-    from service.compiled import force_pure_python
-
+if pure_forced():
     force_pure_python()
 
 TRIREME_VERSION = "0.1.0"  # the package version (pyproject.toml)
