@@ -18,6 +18,10 @@ RUN if ! command -v python3 >/dev/null; then \
       apt-get update && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
       && rm -rf /var/lib/apt/lists/*; \
     fi
+# a C compiler and Python's headers for the compiled build (mypyc), in this stage only
+RUN python3 -c "import os, sysconfig; os.stat(sysconfig.get_paths()['include'] + '/Python.h')" 2>/dev/null \
+      && pkgs="gcc libc6-dev" || pkgs="gcc libc6-dev python3-dev"; \
+    apt-get update && apt-get install -y --no-install-recommends $pkgs && rm -rf /var/lib/apt/lists/*
 ARG TORCH_VERSION=2.13.0+cpu
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # where pip finds packages besides PyPI (a local wheel folder, local indexes) and a CA bundle for a TLS proxy;
@@ -45,11 +49,15 @@ COPY protos ./protos
 COPY service ./service
 COPY shm ./shm
 COPY load ./load
-COPY tools/make_example_models.py ./tools/
-# the seed TorchScript example is generated, then packaged with the other example models; torch's C++ headers
-# and test binaries (about 145 MB) are not needed to serve
+COPY tools/make_example_models.py tools/build_compiled.py tools/build_backend.py ./tools/
+COPY setup.py ./
+# the seed TorchScript example is generated, then packaged with the other example models; the image ships the
+# compiled build (TRIREME_COMPILE=1: the hot path compiled with mypyc, a failed compile fails the build;
+# TRIREME_PURE_PYTHON=1 at `docker run` forces pure Python); torch's C++ headers and test binaries (about
+# 145 MB) are not needed to serve
 RUN python3 tools/make_example_models.py \
- && pip install -c constraints.txt --no-deps . \
+ && TRIREME_COMPILE=1 pip install -c constraints.txt --no-deps . \
+ && (cd / && trireme --version | grep -q "compiled with mypyc") \
  && rm -rf /opt/trireme/lib/python3*/site-packages/torch/include /opt/trireme/lib/python3*/site-packages/torch/test
 
 # ---- runtime stage: the environment and an interpreter, nothing else ----------------------------------------------

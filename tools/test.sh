@@ -82,6 +82,19 @@ if ! command -v redis-server >/dev/null 2>&1; then
     step "apt-get: redis-server not installed (needs root); the Redis cache tests skip"
   fi
 fi
+# the compiled build (mypyc, in place: service/compiled.py lists the modules): the first pytest pass runs it, the
+# second forces pure Python (TRIREME_PURE_PYTHON=1), so both builds are tested. A failed compile fails the run.
+# TRIREME_COMPILED=0 skips it (both passes then run pure Python).
+if [ "${TRIREME_COMPILED:-1}" != 0 ]; then
+  step "mypyc: compiling the hot path (tools/build_compiled.py; about 45 CPU-seconds)"
+  compile_start=$(date +%s)
+  .venv/bin/python tools/build_compiled.py >/dev/null
+  step "mypyc: compiled in $(( $(date +%s) - compile_start )) s"
+  export TRIREME_EXPECT_COMPILED=1  # tests/integration/test_compiled_build.py: it must be in use
+else
+  step "mypyc: skipped (TRIREME_COMPILED=0); both passes run pure Python"
+  .venv/bin/python tools/build_compiled.py --clean >/dev/null
+fi
 step "checking the generated protobuf code (tools/gen_protos.py --check)"
 .venv/bin/python tools/gen_protos.py --check
 step "ruff check"
@@ -110,12 +123,12 @@ if [ "${TRIREME_IMAGE_TEST:-1}" != 0 ]; then
 else
   step "container image: skipped (TRIREME_IMAGE_TEST=0)"
 fi
-step "pytest $*"
+step "pytest $* (the compiled build unless TRIREME_COMPILED=0)"
 .venv/bin/python -m pytest -q "$@"
 # the same suite with two front-end processes in front of one core process (--frontend-processes 2; the flag's
-# default comes from TRIREME_FRONTEND_PROCESSES): everything a client sees must hold both ways.
-# TRIREME_SECOND_PASS=0 skips it.
+# default comes from TRIREME_FRONTEND_PROCESSES), on the pure-Python build: everything a client sees must hold
+# both ways, on both builds. TRIREME_SECOND_PASS=0 skips it.
 if [ "${TRIREME_SECOND_PASS:-1}" != 0 ]; then
-  step "pytest again with two front-end processes (TRIREME_FRONTEND_PROCESSES=2) $*"
-  TRIREME_FRONTEND_PROCESSES=2 .venv/bin/python -m pytest -q "$@"
+  step "pytest again with two front-end processes, pure Python (TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1) $*"
+  TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1 .venv/bin/python -m pytest -q "$@"
 fi

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from service.errors import ErrorCode, ServiceError
 from service.instances.readiness import ReadinessProbe
 from service.instances.spec import InstanceSpec
@@ -40,6 +42,8 @@ class _WorkerProtocol(asyncio.Protocol):
         self.owner.on_connection_lost()
 
 
+# a base of WorkerProcess, an interpreted class, when compiled with mypyc (the one compiled base it may have)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FrameDispatch:
     """WorkerProcess's routing of incoming frames (a mixin: the state is the WorkerProcess's own)."""
 

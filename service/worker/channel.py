@@ -14,9 +14,10 @@ import socket
 import threading
 from collections.abc import Callable, Sized
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from service.ipc import frames as ipc
 from service.ipc.arena import DEFAULT_GROWTH_BYTES, ArenaMap, GrowingArena
@@ -125,6 +126,7 @@ class ClientCudaRegions:
             self._regions.clear()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # InProcessChannel, when compiled with mypyc
 class WorkerChannel:
     """Frames in and out of the worker, plus the arenas shared with the server."""
 
@@ -227,9 +229,8 @@ class WorkerChannel:
         while not future.done():
             if self._read_lock.acquire(timeout=0.001):
                 try:
-                    if future.done():
-                        break
-                    self.on_message(self.recv())
+                    if not future.done():  # (no `break` in try/finally: mypyc cannot compile it)
+                        self.on_message(self.recv())
                 finally:
                     self._read_lock.release()
         return future.result()
@@ -251,7 +252,9 @@ class WorkerChannel:
     def tensor_to_numpy(self, t: ipc.TensorMsg) -> np.ndarray:
         """Materialize an input: a view over the arena or the client's segment (no copy) when possible."""
         if t.where == ipc.WHERE_INLINE:
-            return raw_to_numpy(t.data, t.datatype, t.shape)
+            # in-process instances pass memoryviews where frames carry bytes: read untyped, or mypyc's checked
+            # read of the `bytes` field would refuse them
+            return raw_to_numpy(cast(Any, t).data, t.datatype, t.shape)
         if t.where == ipc.WHERE_ARENA:
             assert self.in_arena is not None
             return raw_to_numpy(self.in_arena.buffer[t.offset : t.offset + t.nbytes], t.datatype, t.shape)

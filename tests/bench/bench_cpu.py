@@ -8,7 +8,9 @@ Servers (each pinned to CPU 0 with taskset, the client pinned to CPU 1):
 - `trireme`: Trireme with the default worker-process instance;
 - `trireme_native`: the same with `--grpc-transport native` (pygrpc-native; its Rust threads are counted too);
 - `in_process`, `inline`: Trireme with the in-process instance modes (TRIREME_INSTANCE_MODE);
-- `triton`: real Triton 2.51 (Python backend), /proc CPU only unless --callgrind-triton.
+- `triton`: real Triton 2.51 (Python backend), /proc CPU only unless --callgrind-triton;
+- `trireme_pure`: `trireme` with TRIREME_PURE_PYTHON=1 (the pure-Python build where the compiled one is built:
+  `--servers trireme trireme_pure` compares the two builds; not in the default set).
 Model: the unbatched FP32 `[-1]` identity of tests/bench/models.py, 16 floats per request (--shape).
 Client: real perf_analyzer over gRPC (`--protocol http`: over HTTP, `-i http`, binary tensor data both ways; the
 echoes speak only gRPC and are left out then) sending exactly --requests requests (`--request-count`) at each
@@ -66,13 +68,14 @@ from tests.bench.servers import (  # noqa: E402
 )
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
-ALL = ("echo", "echo_registered", "trireme", "trireme_native", "in_process", "inline", "triton")
+ALL = ("echo", "echo_registered", "trireme", "trireme_native", "in_process", "inline", "triton", "trireme_pure")
 ECHOES = ("echo", "echo_registered")
 MODELS = {
     "echo": MODEL,
     "echo_registered": MODEL,
     "trireme": MODEL,
     "trireme_native": MODEL,
+    "trireme_pure": MODEL,
     "triton": MODEL,
     "in_process": MODEL_IN_PROCESS,
     "inline": MODEL_INLINE,
@@ -108,7 +111,8 @@ def start(kind: str, work: Path, port: int, prefix: list[str], shape: int = 16) 
         pool = [f"--backend-config=python,shm-default-byte-size={TRITON_POOL}"] if 4 * shape >= LARGE_TENSOR else []
         return start_triton(repo, grpc_port, log, pool, http_port, prefix=prefix)
     extra = ["--grpc-transport", "native"] if kind == "trireme_native" else []
-    return start_trireme(repo, grpc_port, log, extra_args=extra, http_port=http_port, prefix=prefix)
+    env = {"TRIREME_PURE_PYTHON": "1"} if kind == "trireme_pure" else {"TRIREME_PURE_PYTHON": "0"}
+    return start_trireme(repo, grpc_port, log, extra_args=extra, env=env, http_port=http_port, prefix=prefix)
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], model: str, timeout_s: float) -> None:
@@ -256,7 +260,7 @@ def keep_dumps(work: Path, dest: Path) -> None:
 def main() -> None:
     """Run the phases and print the tables."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--servers", nargs="+", default=list(ALL), choices=ALL)
+    ap.add_argument("--servers", nargs="+", default=list(ALL[:-1]), choices=ALL)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--requests", type=int, default=5000, help="requests per /proc measurement")
     ap.add_argument("--cg-requests", type=int, default=1000, help="requests per callgrind measurement")

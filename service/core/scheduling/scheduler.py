@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from service.core.observability import trace_hooks
 from service.core.observability.stats import BACKEND, CANCELED, OTHER, REJECTED, ModelStats
 from service.core.scheduling.drain import DrainSignal
@@ -83,6 +85,8 @@ class _Track:
         self.state = 0  # queue state (dynamic batcher): 0 not queued, 1 queued, 2 delayed
 
 
+# subclassed by interpreted classes (ensemble, sequence batcher) when compiled with mypyc
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Scheduler(ABC):
     """Interface every scheduler implements (direct, dynamic, sequence, ensemble)."""
 
@@ -142,6 +146,7 @@ def error_response(request: InferRequest, code: ErrorCode, message: str) -> Infe
     return InferResponse(request.model_name, request.model_version, request.id, error=ServiceError(code, message))
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class InstanceScheduler(Scheduler):
     """Base for schedulers that run batches on an InstancePool: idle tracking, dispatch and statistics.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from email.utils import formatdate
 from http import HTTPStatus
+from typing import ClassVar
 
 _STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
 _TYPE_LINES: dict[str, bytes] = {}  # "Content-Type: ...\r\n" of the content types answered so far
@@ -17,8 +18,8 @@ _STREAM_HEAD = b"%s%sDate: %s\r\n%s\r\n"
 class _Date:
     """The Date header, formatted once a second."""
 
-    second = 0
-    value = b""
+    second: ClassVar[int] = 0
+    value: ClassVar[bytes] = b""
 
     @classmethod
     def get(cls) -> bytes:
