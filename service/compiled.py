@@ -28,7 +28,9 @@ PURE_ENV = "TRIREME_PURE_PYTHON"
 # is subclassed at run time (load_backend_class), service/instances/transfer.py's ArenaTransfer is a second base of
 # WorkerProcess beside FrameDispatch (two compiled bases conflict; a non-native class rejects subclasses);
 # service/frontend/grpc/handlers.py: mypyc 2.4 emits C that does not compile (two closures' environments of the
-# same name).
+# same name); service/worker/pb_utils/requests.py: the worker builds each InferenceRequest without its public
+# constructor (`__new__`: that constructor checks its arguments as Triton's does), which a compiled class does not
+# allow (its `__new__` runs `__init__`).
 COMPILED_MODULES: tuple[str, ...] = (
     "service/frontend/grpc/codec.py",
     "service/frontend/http/codec.py",
@@ -44,7 +46,6 @@ COMPILED_MODULES: tuple[str, ...] = (
     "service/instances/dispatch.py",
     "service/ipc/framing.py",
     "service/worker/channel.py",
-    "service/worker/pb_utils/requests.py",
 )
 
 _ROOTS = ("service", "shm")

@@ -132,18 +132,22 @@ def _check_request_types(args: tuple[Any, ...], preferred_memory: Any, trace: An
 class InferenceRequest:
     """A request given to execute(), or one a model builds to call another model (BLS)."""
 
+    # The arguments are typed Any on purpose: the constructor checks them itself and raises Triton's TypeError or
+    # TritonModelException (a compiled build would otherwise raise its own TypeError before the checks run).
+    # Documented types: request_id str, correlation_id int | str, inputs list[Tensor] (required),
+    # requested_output_names list[str] (required), model_name str (required), model_version/flags/timeout int.
     def __init__(
         self,
-        request_id: str = "",
-        correlation_id: int | str = 0,
-        inputs: list[Tensor] | None = None,  # required, as Triton's (None: TypeError)
-        requested_output_names: list[str] | None = None,  # required
-        model_name: str | None = None,  # required
-        model_version: int = -1,
-        flags: int = 0,
-        timeout: int = 0,
-        preferred_memory: PreferredMemory | None = None,
-        trace: InferenceTrace | None = None,
+        request_id: Any = "",
+        correlation_id: Any = 0,
+        inputs: Any = None,
+        requested_output_names: Any = None,
+        model_name: Any = None,
+        model_version: Any = -1,
+        flags: Any = 0,
+        timeout: Any = 0,
+        preferred_memory: Any = None,
+        trace: Any = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
         args = (request_id, correlation_id, inputs, requested_output_names, model_name, model_version, flags, timeout)
