@@ -13,7 +13,7 @@ FORCE=0
 # name -> pip requirements (versions pinned so that a rerun measures the same servers)
 declare -A PEERS=(
   [fastapi]="fastapi==0.165.0 uvicorn[standard]==0.54.0"
-  [mlserver]="mlserver==1.7.1"
+  [mlserver]="mlserver==1.7.1 uvloop==0.21.0"  # MLServer 1.7.1's inference workers fail on uvloop 0.22+
   [litserve]="litserve==0.2.19"
   [rayserve]="ray[serve]==2.60.0"
   [bentoml]="bentoml==1.4.40"

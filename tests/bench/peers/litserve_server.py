@@ -19,7 +19,9 @@ class PeerAPI(ls.LitAPI):
     def setup(self, device: str) -> None:
         self.model = build_model()
 
-    def decode_request(self, request: dict[str, Any]) -> Any:
+    # no annotation: LitServe then hands over the parsed JSON body (an annotation would make FastAPI expect a
+    # query parameter)
+    def decode_request(self, request):  # type: ignore[no-untyped-def]
         return request
 
     def batch(self, inputs: list[dict[str, Any]]) -> np.ndarray:
@@ -44,7 +46,6 @@ if __name__ == "__main__":
     ap.add_argument("port", type=int)
     ap.add_argument("--batch", type=int, default=1)
     args = ap.parse_args()
-    server = ls.LitServer(
-        PeerAPI(), accelerator="cpu", max_batch_size=args.batch, batch_timeout=0.001, workers_per_device=1
-    )
-    server.run(port=args.port, generate_client_file=False)
+    api = PeerAPI(max_batch_size=args.batch, batch_timeout=0.001)
+    server = ls.LitServer(api, accelerator="cpu", workers_per_device=1)
+    server.run(host="127.0.0.1", port=args.port, num_api_servers=1, generate_client_file=False, log_level="warning")

@@ -4,7 +4,7 @@ Usage: <rayserve venv>/bin/python rayserve_server.py PORT
 Routes: /identity, /predict (one row per call), /predict_batched (rows gathered by @serve.batch, up to 32, 1 ms).
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: FastAPI must see the body models themselves inside the Ray replica
 
 import signal
 import sys

@@ -87,7 +87,7 @@ def check_answer(port: int, name: str, workload: str, route: Route, expected: li
         raise RuntimeError(f"{name} {workload}: answered {got}, expected {expected}")
 
 
-def wrk(port: int, route: Route, connections: int, duration_s: float, work: Path, cpus: str) -> dict[str, float]:
+def wrk(port: int, route: Route, connections: int, duration_s: int, work: Path, cpus: str) -> dict[str, float]:
     """One wrk run (1 thread, `connections` connections, keep-alive); requests/s, latency percentiles, errors."""
     script = work / "post.lua"
     body = json.dumps(route.body).replace("\\", "\\\\").replace("'", "\\'")
@@ -112,6 +112,8 @@ def parse_wrk(out: str) -> dict[str, float]:
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     result["errors"] = float(non2xx.group(1) if non2xx else 0) + (sum(map(float, sock.groups())) if sock else 0)
+    # wrk counts refused (non-2xx) answers as requests: keep the successful ones only
+    result["rps"] *= max(result["requests"] - result["errors"], 0) / max(result["requests"], 1)
     return result
 
 
@@ -163,8 +165,8 @@ def run_launch(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=8, help="seconds per measured wrk run")
-    ap.add_argument("--warmup", type=float, default=2, help="seconds of wrk before each measured run")
+    ap.add_argument("--duration", type=int, default=8, help="seconds per measured wrk run")
+    ap.add_argument("--warmup", type=int, default=2, help="seconds of wrk before each measured run")
     ap.add_argument("--servers", nargs="+", default=SERVERS, choices=SERVERS)
     ap.add_argument("--server-cpu", default="0")
     ap.add_argument("--load-cpu", default="1")
@@ -193,7 +195,11 @@ def main() -> None:
             for name in order:
                 port = free_port()
                 for launch in peer_launches(work, port, row, name):
-                    results.setdefault(name, {}).update(run_launch(launch, port, args, work, expected))
+                    try:
+                        results.setdefault(name, {}).update(run_launch(launch, port, args, work, expected))
+                    except (RuntimeError, TimeoutError, OSError, subprocess.CalledProcessError) as exc:
+                        print(f"    {launch.name}: FAILED: {str(exc)[-1500:]}", flush=True)
+                        results.setdefault("failed", {})[launch.name] = str(exc)[-1500:]
             results["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
             rounds.append(results)
             print_ratios(results, servers)
