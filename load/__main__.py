@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return crosscheck_main(argv[1:])
     if argv and argv[0] == "plot":
-        from load.plot import main as plot_main
+        from load.report.plot import main as plot_main
 
         return plot_main(argv[1:])
     args = build_parser().parse_args(argv)
@@ -54,12 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from load import report
-    from load.session import Session
+    from load.measure.session import Session
+    from load.report import formats as report
 
     validate(args)
     if args.plot:
-        from load.plot import require_matplotlib
+        from load.report.plot import require_matplotlib
 
         require_matplotlib()  # before the run, not after minutes of measuring
     out = sys.stderr if args.json_path == "-" else sys.stdout  # keep stdout pure JSON then
@@ -86,7 +86,7 @@ def _profile(args: argparse.Namespace) -> int:
         if args.json_path:
             report.write_json(args.json_path, report.summary_dict(session.settings, results, problem))
         if args.plot and results:
-            from load.plot import plot_series, series_from_results
+            from load.report.plot import plot_series, series_from_results
 
             plot_series([series_from_results(args.model, results, args.plot_latency)], args.plot)
     if problem and "stable" in problem:

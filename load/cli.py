@@ -8,7 +8,7 @@ import sys
 import traceback
 from typing import Any
 
-from load.data import ConfigError, PlotError
+from load.measure.data import ConfigError, PlotError
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_UNSTABLE = 0, 1, 2, 3
 
@@ -107,8 +107,8 @@ def validate(args: argparse.Namespace) -> None:
 
 def guarded(fn: Any, verbose: bool) -> int:
     """Run a command, turning expected failures into one-line messages and exit codes."""
-    from load.client import ClientError
-    from load.profiler import LoadError
+    from load.measure.profiler import LoadError
+    from load.transports.client import ClientError
 
     try:
         return int(fn())

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from load.data import ConfigError
-from load.profiler import Measurement
-from load.report import ProgressLine, level_key, write_json
-from load.session import Session
+from load.measure.data import ConfigError
+from load.measure.profiler import Measurement
+from load.measure.session import Session
+from load.report.formats import ProgressLine, level_key, write_json
 
 
 @dataclass

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from load.data import ConfigError
+from load.measure.data import ConfigError
 from load.servers import PERF_ANALYZER_BIN, start_server, write_model_repo
 
 

@@ -210,7 +210,7 @@ class ServerHandle:
 
 def start_server(kind: str, repo: Path, log_dir: Path, timeout_s: float = 90.0) -> ServerHandle:
     """Start a server of `kind` on free ports and wait until ServerReady; RuntimeError if it never is."""
-    from load.client import ClientError, InferenceClient
+    from load.transports.client import ClientError, InferenceClient
 
     grpc, http, metrics = free_port(), free_port(), free_port()
     template = os.environ.get("TRIREME_LOAD_SERVER_CMD") or COMMANDS[kind]

@@ -1,4 +1,4 @@
-"""The minimal HTTP/2 unary client (load/h2.py) against a real gRPC C-core server started in this process."""
+"""The minimal HTTP/2 unary client (load/transports/h2.py) against a real gRPC C-core server started in this process."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import grpc
 import pytest
 
-from load.client import InputTensor, build_infer_request
-from load.h2 import _hpack_int, header_block
 from load.servers import free_port
-from load.transports import H2Transport
+from load.transports.client import InputTensor, build_infer_request
+from load.transports.h2 import _hpack_int, header_block
+from load.transports.streams import H2Transport
 from protos import grpc_service_pb2 as pb
 
 

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from load.cli import float_range, int_range
-from load.client import InputTensor, build_infer_request, request_suffix
-from load.data import (
+from load.measure.data import (
     ConfigError,
     ModelInfo,
     TensorInfo,
@@ -21,12 +20,13 @@ from load.data import (
     resolve_dims,
     synthetic_steps,
 )
-from load.modes import FLAG_SEQUENCE_END, RESPONSES_SHIFT
-from load.plot import PlotError, series_from_csv
-from load.profiler import LevelResult, Measurement, ServerStats, is_stable, merge
-from load.report import csv_rows, network_misc_us, result_dict
-from load.session import levels_of
-from load.workers import share
+from load.measure.modes import FLAG_SEQUENCE_END, RESPONSES_SHIFT
+from load.measure.profiler import LevelResult, Measurement, ServerStats, is_stable, merge
+from load.measure.session import levels_of
+from load.measure.workers import share
+from load.report.formats import csv_rows, network_misc_us, result_dict
+from load.report.plot import PlotError, series_from_csv
+from load.transports.client import InputTensor, build_infer_request, request_suffix
 from protos import grpc_service_pb2 as pb
 from shm.tensor import deserialize_bytes
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from load.plot import series_from_results
-from load.profiler import LevelResult, Measurement, instability_reason
+from load.measure.profiler import LevelResult, Measurement, instability_reason
+from load.report.plot import series_from_results
 from tests.conftest import copy_example
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def test_plot_points_carry_their_level() -> None:
 
 def test_plot_draws_labelled_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from load.plot import plot_series
+    from load.report.plot import plot_series
 
     out = tmp_path / "c.png"
     plot_series([("m", [(1000.0, 500.0, "c=1"), (2000.0, 900.0, "c=4")])], str(out))

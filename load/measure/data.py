@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from load.client import ClientError, InferenceClient
+from load.transports.client import ClientError, InferenceClient
 from shm.tensor import DATATYPE_TO_NUMPY, element_count, serialize_bytes
 
 

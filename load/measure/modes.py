@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 import numpy as np
 
-from load.client import InferenceClient, request_suffix
-from load.transports import (
+from load.transports.client import InferenceClient, request_suffix
+from load.transports.streams import (
     AsyncTransport,
     H2Transport,
     SharedStream,
@@ -57,7 +57,7 @@ class LoadSpec:
     """How load is generated; `process_index/count` split levels and sequence ids across processes."""
 
     mode: str = "concurrency"  # or "request_rate"
-    transport: str = "h2"  # unary calls over load/h2.py, or "grpc" (the grpc library)
+    transport: str = "h2"  # unary calls over load/transports/h2.py, or "grpc" (the grpc library)
     streaming: bool = False
     use_async: bool = False
     max_threads: int = 16

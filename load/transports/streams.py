@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from load.client import request_suffix
+from load.transports.client import request_suffix
 from protos import grpc_service_pb2 as pb
 
 now_ns = time.monotonic_ns
@@ -125,10 +125,10 @@ def rpc_message(err: BaseException) -> str:
 
 
 class H2Transport(AsyncTransport):
-    """Unary ModelInfer over the minimal HTTP/2 client (load/h2.py) on its own event-loop thread."""
+    """Unary ModelInfer over the minimal HTTP/2 client (load/transports/h2.py) on its own event-loop thread."""
 
     def __init__(self, url: str, grpc_call: Any) -> None:
-        from load.h2 import H2Connection, LoopThread
+        from load.transports.h2 import H2Connection, LoopThread
 
         host, _, port = url.rpartition(":")
         host = host.strip("[]") or "localhost"

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from load.profiler import DEFAULT_PERCENTILES, LevelResult, Measurement
+from load.measure.profiler import DEFAULT_PERCENTILES, LevelResult, Measurement
 
 
 def percentiles_for(extra: int | None) -> list[int]:

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import posix_ipc
 
-from load.client import ClientError, InferenceClient, InputTensor, RequestedOutput, build_infer_request
-from load.data import ConfigError, ModelInfo, Step, batched
+from load.measure.data import ConfigError, ModelInfo, Step, batched
+from load.transports.client import ClientError, InferenceClient, InputTensor, RequestedOutput, build_infer_request
 
 DEFAULT_OUTPUT_SHM_SIZE = 100 * 1024
 

@@ -12,8 +12,7 @@ from dataclasses import asdict
 from types import TracebackType
 from typing import Any, TextIO
 
-from load.client import ClientError, InferenceClient
-from load.data import (
+from load.measure.data import (
     ConfigError,
     ModelInfo,
     check_batch_size,
@@ -23,10 +22,11 @@ from load.data import (
     resolve_dims,
     synthetic_steps,
 )
-from load.modes import LoadSpec, LocalEngine, SequenceSpec
-from load.payload import Payloads, build_payloads
-from load.profiler import Measurement, Profiler, Progress, ServerStats
-from load.workers import ProcessEngine
+from load.measure.modes import LoadSpec, LocalEngine, SequenceSpec
+from load.measure.payload import Payloads, build_payloads
+from load.measure.profiler import Measurement, Profiler, Progress, ServerStats
+from load.measure.workers import ProcessEngine
+from load.transports.client import ClientError, InferenceClient
 
 
 def levels_of(rng: tuple[Any, Any, Any]) -> list[float]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from load.modes import Collected, LoadSpec
+from load.measure.modes import Collected, LoadSpec
 
 _START_TIMEOUT_S = 60.0
 _REPLY_TIMEOUT_S = 60.0
@@ -32,8 +32,8 @@ def share(level: float, mode: str, index: int, count: int) -> float:
 
 def _worker_main(conn: Connection, url: str, streams: list[list[bytes]], spec: LoadSpec) -> None:
     """Worker process entry: serve commands until `stop` or the parent goes away."""
-    from load.client import InferenceClient
-    from load.modes import LocalEngine
+    from load.measure.modes import LocalEngine
+    from load.transports.client import InferenceClient
 
     client = InferenceClient(url)
     engine = LocalEngine(client, streams, spec)

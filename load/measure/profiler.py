@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from load.modes import FLAG_DELAYED, FLAG_SEQUENCE_END, RESPONSES_SHIFT, Collected, now_ns
+from load.measure.modes import FLAG_DELAYED, FLAG_SEQUENCE_END, RESPONSES_SHIFT, Collected, now_ns
 
 STAT_FIELDS = (
     "success",

@@ -11,8 +11,8 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
-from load.data import PlotError
-from load.profiler import LevelResult
+from load.measure.data import PlotError
+from load.measure.profiler import LevelResult
 
 Series = tuple[str, list[tuple[float, float, str]]]  # label, [(infer/s, latency usec, point label)]
 INSTALL_HINT = "pip install 'trireme[plot]' (or: pip install matplotlib)"

@@ -1,0 +1,1 @@
+"""Measuring: model data and payloads, load schedules, measurement windows, worker processes, one session."""

@@ -1,0 +1,1 @@
+"""Reporting: perf_analyzer-style console blocks, the table, CSV and JSON summaries, and latency plots."""
