@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from service.config.grpc_transport import add_transport_flag, check_grpc_transport
+from service.config.groups.grpc_transport import add_transport_flag, check_grpc_transport
 from service.config.tls import TlsSettings, add_tls_flags, bool_flag, tls_settings
 
 API_GROUP_NAMES = (
@@ -79,7 +79,7 @@ class GrpcSettings:
     tls: TlsSettings = field(default_factory=TlsSettings)
     channel_args: dict[str, int] = field(default_factory=dict)  # grpc core arguments from the keepalive flags
     stream_buffer_bytes: int = 64 << 20  # responses one ModelStreamInfer call may hold unwritten
-    header_forward_pattern: str = ""  # --grpc-header-forward-pattern (config/grpc_flags.py)
+    header_forward_pattern: str = ""  # --grpc-header-forward-pattern (config/groups/grpc_flags.py)
     infer_compression_level: str = "none"  # --grpc-infer-response-compression-level
     reuse_port: bool = False  # --reuse-grpc-port
     transport: str = "grpcio"  # --grpc-transport: grpcio or native (frontend/grpc/transport.py)

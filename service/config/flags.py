@@ -10,14 +10,6 @@ from dataclasses import dataclass, field
 from service.config.access import GrpcSettings, RestrictedApi, add_security_flags, check_restricted, grpc_settings
 from service.config.cache_config import CacheSettings, parse_cache_settings
 from service.config.cli_checks import add_cli_flags, reject_unknown
-from service.config.cloud import (
-    SageMakerOptions,
-    VertexAiOptions,
-    add_cloud_flags,
-    check_ports,
-    cloud_options,
-    vertex_environment,
-)
 from service.config.endpoint_flags import (
     add_frontend_flags,
     add_http_flags,
@@ -25,13 +17,21 @@ from service.config.endpoint_flags import (
     add_placement_flags,
     default_frontend_processes,
 )
-from service.config.grpc_flags import add_grpc_flags, apply_grpc_flags
+from service.config.groups.cloud import (
+    SageMakerOptions,
+    VertexAiOptions,
+    add_cloud_flags,
+    check_ports,
+    cloud_options,
+    vertex_environment,
+)
+from service.config.groups.grpc_flags import add_grpc_flags, apply_grpc_flags
+from service.config.groups.log_flags import add_log_flags
+from service.config.groups.rate_limit import ResourceLimit, add_rate_limit_flags, rate_limit_settings
+from service.config.groups.repository_flags import LoadingOptions, add_repository_flags, loading_options
 from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.ignored_flags import add_ignored_flags
-from service.config.log_flags import add_log_flags
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
-from service.config.rate_limit import ResourceLimit, add_rate_limit_flags, rate_limit_settings
-from service.config.repository_flags import LoadingOptions, add_repository_flags, loading_options
 from service.config.tls import TlsSettings, tls_settings
 from service.config.values import parse_bool
 
@@ -395,7 +395,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
 
 
 def _cloud(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str], config: ServerConfig) -> None:
-    """SageMaker and Vertex AI (service/config/cloud.py); in a Vertex AI container (AIP_MODE=PREDICTION) HTTP is
+    """SageMaker and Vertex AI (service/config/groups/cloud.py); in a Vertex AI container (AIP_MODE=PREDICTION) HTTP is
     off unless --allow-http says otherwise and AIP_STORAGE_URI is the repository when none is given, as Triton."""
     try:
         config.sagemaker, config.vertex_ai = cloud_options(args, config.http_address)

@@ -10,7 +10,7 @@ import pytest
 from google.protobuf import text_format
 
 from protos import model_config_pb2 as mc
-from service.config.rate_limit import ResourceLimit, parse_resource
+from service.config.groups.rate_limit import ResourceLimit, parse_resource
 from service.core.scheduling.rate_limiter import RateLimiter
 from service.errors import ServiceError
 

@@ -19,8 +19,8 @@ from functools import partial
 from typing import Any
 
 from protos import model_config_pb2 as mc
+from service.config.groups.repository_flags import LoadingOptions
 from service.config.host_policy import HostPolicy
-from service.config.repository_flags import LoadingOptions
 from service.core.observability.summaries import SummaryWindow
 from service.core.repository.agents.chain import RepoAgents
 from service.core.repository.instance_plan import update_instances

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.config.rate_limit import PER_DEVICE, ResourceLimit
+from service.config.groups.rate_limit import PER_DEVICE, ResourceLimit
 from service.errors import ErrorCode, ServiceError
 
 log = logging.getLogger("trireme.rate_limiter")

@@ -21,7 +21,7 @@ NATIVE = "native"
 def make_server(transport: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.Server:
     """An aio server of the transport, with grpc core channel options (both read the same names)."""
     if transport == NATIVE:
-        # optional dependency, checked at start (config/grpc_transport.py); `import pygrpc_native.aio`, not
+        # optional dependency, checked at start (config/groups/grpc_transport.py); `import pygrpc_native.aio`, not
         # `from pygrpc_native import aio`: 0.5.0's lazy module __getattr__ recurses on the latter
         import pygrpc_native.aio
 

@@ -17,7 +17,7 @@ import re
 import socket
 from collections.abc import Awaitable
 
-from service.config.cloud import SageMakerOptions
+from service.config.groups.cloud import SageMakerOptions
 from service.core.engine import Engine
 from service.errors import ServiceError
 from service.frontend.http.generate import GenerateRoutes

@@ -19,7 +19,7 @@ import re
 import socket
 from collections.abc import Awaitable, Callable
 
-from service.config.cloud import VertexAiOptions
+from service.config.groups.cloud import VertexAiOptions
 from service.core.engine import Engine
 from service.errors import ServiceError
 from service.frontend.http.h1 import H1Server
