@@ -136,3 +136,34 @@ class InferRequest:
     # set by a scheduler that takes requests back (iterative sequences): called instead of a final response when
     # the model released the request for rescheduling
     on_reschedule: Callable[[InferRequest], None] | None = None
+
+
+# ---- what the engine answers about models (metadata, repository index) ---------------------------------------
+@dataclass(slots=True)
+class TensorMetadata:
+    """name, datatype and shape (with -1 batch dim when batching)."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+@dataclass(slots=True)
+class ModelMetadata:
+    """What ModelMetadata returns."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+@dataclass(slots=True)
+class IndexEntry:
+    """One RepositoryIndex row (version/state/reason empty when unknown)."""
+
+    name: str
+    version: str = ""
+    state: str = ""
+    reason: str = ""

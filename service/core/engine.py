@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from protos import model_config_pb2 as mc
@@ -25,7 +24,7 @@ from service.core.repository.repository import READY, ModelRepository, ModelVers
 from service.core.repository.signature import parse_version
 from service.core.scheduling.ensemble_graph import step_model_names
 from service.errors import ErrorCode, ServiceError
-from service.types import InferRequest, InferResponse, ResponseCallback
+from service.types import IndexEntry, InferRequest, InferResponse, ModelMetadata, ResponseCallback, TensorMetadata
 
 SERVER_NAME = "triton"  # clients (and perf_analyzer) expect Triton's name
 EXTENSIONS = [
@@ -42,36 +41,6 @@ EXTENSIONS = [
     "logging",
     "trace",
 ]
-
-
-@dataclass(slots=True)
-class TensorMetadata:
-    """name, datatype and shape (with -1 batch dim when batching)."""
-
-    name: str
-    datatype: str
-    shape: list[int]
-
-
-@dataclass(slots=True)
-class ModelMetadata:
-    """What ModelMetadata returns."""
-
-    name: str
-    versions: list[str]
-    platform: str
-    inputs: list[TensorMetadata]
-    outputs: list[TensorMetadata]
-
-
-@dataclass(slots=True)
-class IndexEntry:
-    """One RepositoryIndex row (version/state/reason empty when unknown)."""
-
-    name: str
-    version: str = ""
-    state: str = ""
-    reason: str = ""
 
 
 class Engine:
