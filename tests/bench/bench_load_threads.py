@@ -12,14 +12,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import ServerProcess, write_model
-
-CONFIG = """
-name: "{name}"
-backend: "python"
-input [{{ name: "IN", data_type: TYPE_FP32, dims: [1] }}]
-output [{{ name: "OUT", data_type: TYPE_FP32, dims: [1] }}]
-instance_group [{{ count: 1, kind: KIND_CPU }}]
-"""
+from tests.integration.test_load_threads import CONFIG  # the same one-input model config as the tests
 
 MODEL = """
 import time
