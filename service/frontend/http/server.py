@@ -16,6 +16,8 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 from service.config.access import RestrictedApi
 from service.core.facade import Facade
 from service.core.repository.model_config import to_json_dict
@@ -58,6 +60,7 @@ class HttpOptions:
     ssl_context: ssl.SSLContext | None = None  # HTTPS (--http-use-ssl); None: plain HTTP
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # SageMaker's infer route (frontend/sagemaker) subclasses it
 class HttpFrontend:
     """The route table, its handlers and the listener."""
 

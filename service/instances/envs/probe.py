@@ -1,10 +1,10 @@
 """The interpreter of an environment, whether it can run the worker, and what the worker needs beside it.
 
-The worker runs the environment's interpreter with the checkout and a small folder of the worker's own compiled
-plumbing (msgspec, posix_ipc: links to the server's copies) on PYTHONPATH; numpy comes from the environment
-(Triton requires it there too). Those compiled modules are built for the server's Python, hence the rule: the
-environment's Python must be the server's major.minor, and its numpy the server's major version. Anything else
-is refused at load time with a message (Triton loads such a model and then answers with empty outputs).
+The worker runs the environment's interpreter with the checkout and a small folder of the worker's own
+plumbing (msgspec, posix_ipc, mypy_extensions: links to the server's copies) on PYTHONPATH; numpy comes from the
+environment (Triton requires it there too). Those compiled modules are built for the server's Python, hence the
+rule: the environment's Python must be the server's major.minor, and its numpy the server's major version.
+Anything else is refused at load time with a message (Triton loads such a model and then answers with empty outputs).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy
 from service.instances.envs.cache import cache_root
 from service.instances.envs.unpack import EnvError
 
-WORKER_DEPS = ("msgspec", "posix_ipc")  # third-party modules the worker imports besides numpy
+WORKER_DEPS = ("msgspec", "posix_ipc", "mypy_extensions")  # third-party modules the worker imports besides numpy
 
 _PROBE = (
     "import json, sys\n"
