@@ -29,6 +29,9 @@ def reserve_port(address: str, port: int, shared: bool = False) -> socket.socket
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     if port and not shared:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
+            # as a listener binds (grpc and asyncio set SO_REUSEADDR): connections of a server that just exited,
+            # left in TIME_WAIT, do not count; a server still bound to the port does
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((address, port))
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
