@@ -3,6 +3,7 @@ requests once --grpc-stream-buffer-bytes of responses wait, and serves every one
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -62,8 +63,10 @@ def test_unread_stream_is_bounded_and_then_served(server: ServerProcess) -> None
         executed_before = _executed(stub)
         responses = stub.ModelStreamInfer(_requests(stop))  # nothing is read yet
         executed = _settled(stub) - executed_before
-        # 1 MiB of buffered responses plus what HTTP/2 windows hold: far below the 200 requests sent
-        assert 0 < executed < COUNT // 2, executed
+        # 1 MiB of buffered responses plus what HTTP/2 windows hold: far below the 200 requests sent. With
+        # front-end processes the core's link to the front end buffers too (116 seen once under heavy load)
+        bound = COUNT * 3 // 4 if int(os.environ.get("TRIREME_FRONTEND_PROCESSES", "1") or 1) > 1 else COUNT // 2
+        assert 0 < executed < bound, executed
         got = []
         for r in responses:
             assert r.error_message == ""
