@@ -126,11 +126,13 @@ def measure(stages: dict[str, Callable[[], Any]], n: int, repeat: int) -> dict[s
 def serve(root: str, kind: str, n: int) -> None:
     """Run every stage of `kind` n times (the body measured under callgrind)."""
     make = _setup(root)
-    stages = list(make(kind == "shm").values())
-    for _ in range(n):
-        for fn in stages:
-            fn()
-    make.cleanup()  # type: ignore[attr-defined]
+    try:
+        stages = list(make(kind == "shm").values())
+        for _ in range(n):
+            for fn in stages:
+                fn()
+    finally:  # the segment's name is machine-wide: never leave it in /dev/shm
+        make.cleanup()  # type: ignore[attr-defined]
 
 
 def instructions(root: str, low: int, high: int) -> dict[str, float]:
@@ -159,8 +161,10 @@ def main() -> None:
         print(" ".join(f"{kind}: {ir / 1e3:.1f}k instructions per request;" for kind, ir in per.items()))
         return
     make = _setup(args.root)
-    rows = {kind: measure(make(kind == "shm"), args.n, args.repeat) for kind in ("wire", "shm")}
-    make.cleanup()  # type: ignore[attr-defined]
+    try:
+        rows = {kind: measure(make(kind == "shm"), args.n, args.repeat) for kind in ("wire", "shm")}
+    finally:
+        make.cleanup()  # type: ignore[attr-defined]
     names = list(rows["shm"])
     print(f"code: {args.root}")
     print("| path | " + " | ".join(names) + " | total |")
