@@ -127,8 +127,11 @@ step "pytest $* (the compiled build unless TRIREME_COMPILED=0)"
 .venv/bin/python -m pytest -q "$@"
 # the same suite with two front-end processes in front of one core process (--frontend-processes 2; the flag's
 # default comes from TRIREME_FRONTEND_PROCESSES), on the pure-Python build: everything a client sees must hold
-# both ways, on both builds. TRIREME_SECOND_PASS=0 skips it.
+# both ways, on both builds. TRIREME_SECOND_PASS=0 skips it. Tests marked single_pass (framework backends, cloud
+# storage services, per-model environments, fresh-venv installs: nothing in them changes with the build or the
+# front-end mode, and the paths they share with the rest run in both passes) run in the first pass only, which
+# keeps CI well under 40 minutes.
 if [ "${TRIREME_SECOND_PASS:-1}" != 0 ]; then
   step "pytest again with two front-end processes, pure Python (TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1) $*"
-  TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1 .venv/bin/python -m pytest -q "$@"
+  TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1 .venv/bin/python -m pytest -q -m "not benchmark and not single_pass" "$@"
 fi

@@ -83,6 +83,8 @@ class TritonPythonModel:
 POST_PY = """
 import triton_python_backend_utils as pb_utils
 
+pytestmark = pytest.mark.single_pass
+
 class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor(

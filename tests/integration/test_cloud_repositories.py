@@ -26,7 +26,7 @@ from tests.integration.cloud_storage import (
 )
 from tests.integration.models import elementwise_py, python_config
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.single_pass, pytest.mark.timeout(240)]
 
 
 def _model(folder: Path, name: str, add: int, version: int = 1, max_batch_size: int = 0) -> None:

@@ -25,6 +25,8 @@ from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor  # no
 from tests.compat.test_perf_analyzer_stream import PERF_ANALYZER, perf  # noqa: E402
 from tests.conftest import running_server  # noqa: E402
 
+pytestmark = pytest.mark.single_pass
+
 FEATURES = 6
 CONFIG = """\
 backend: "fil"

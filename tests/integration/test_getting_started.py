@@ -39,7 +39,7 @@ GUIDE_PORTS = ("8001", "8000")
 PERF_ANALYZER = tool("perf_analyzer")
 FENCE = re.compile(r"^```(\S*)([^\n]*)\n(.*?)^```\s*$", re.S | re.M)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.single_pass, pytest.mark.slow]
 
 
 @dataclass

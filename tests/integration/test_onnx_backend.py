@@ -16,6 +16,8 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 from tests.conftest import add_sub_onnx_model  # noqa: E402
 
+pytestmark = pytest.mark.single_pass
+
 CONFIG = """\
 name: "{name}"
 platform: "onnxruntime_onnx"

@@ -25,6 +25,8 @@ from service.worker.backends.base import BackendError  # noqa: E402
 from service.worker.backends.onnxruntime import openvino_route  # noqa: E402
 from tests.conftest import running_server  # noqa: E402
 
+pytestmark = pytest.mark.single_pass
+
 W = np.arange(12, dtype=np.float32).reshape(4, 3) / 10 - 0.5
 B = np.array([0.1, -0.2, 0.3], dtype=np.float32)
 

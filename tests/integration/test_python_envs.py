@@ -19,10 +19,13 @@ from tests.conftest import write_model
 
 UV = os.path.join(os.path.dirname(sys.executable), "uv")
 VENV_PACK = os.path.join(os.path.dirname(sys.executable), "venv-pack")
-pytestmark = pytest.mark.skipif(
-    not (os.path.exists(UV) and os.path.exists(VENV_PACK)),
-    reason="uv and venv-pack are needed (pip install uv venv-pack)",
-)
+pytestmark = [
+    pytest.mark.single_pass,
+    pytest.mark.skipif(
+        not (os.path.exists(UV) and os.path.exists(VENV_PACK)),
+        reason="uv and venv-pack are needed (pip install uv venv-pack)",
+    ),
+]
 
 # a tiny pure-Python package the server's environment does not have
 EXTRA = "inflection"

@@ -16,6 +16,8 @@ from protos import model_config_pb2 as mc
 from service.core.repository.model_config import parse_config_text
 from tests.conftest import EXAMPLE_REPO, free_port
 
+pytestmark = pytest.mark.single_pass
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 ROW = re.compile(r"^\| `(\w+)` \| ([^|]+) \| ([^|]+) \|", re.M)

@@ -25,10 +25,13 @@ import tritonclient.grpc as grpcclient
 from load.tools import tool
 from tests.conftest import ROOT, ServerProcess
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("tensorflow") is None,
-    reason="tensorflow is not installed (pip install 'trireme[tensorflow]')",
-)
+pytestmark = [
+    pytest.mark.single_pass,
+    pytest.mark.skipif(
+        importlib.util.find_spec("tensorflow") is None,
+        reason="tensorflow is not installed (pip install 'trireme[tensorflow]')",
+    ),
+]
 LOAD_TIMEOUT_S = 300.0  # every TF worker imports TensorFlow (seconds of CPU each on a busy 2-core machine)
 
 GRAPHDEF_CONFIG = """\

@@ -15,6 +15,8 @@ import tritonclient.grpc as grpcclient
 
 from tests.conftest import copy_example
 
+pytestmark = pytest.mark.single_pass
+
 CONFIG = """\
 name: "tf_model"
 platform: "tensorflow_graphdef"

@@ -13,6 +13,8 @@ import tritonclient.grpc as grpcclient
 from service.ipc.devices import visible_gpu_count
 from tests.conftest import add_sub_onnx_model, copy_example
 
+pytestmark = pytest.mark.single_pass
+
 PLAN_CONFIG = """\
 name: "{name}"
 platform: "tensorrt_plan"

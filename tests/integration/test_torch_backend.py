@@ -18,6 +18,8 @@ import tritonclient.grpc as grpcclient  # noqa: E402
 
 from tests.conftest import ROOT, ServerProcess  # noqa: E402
 
+pytestmark = pytest.mark.single_pass
+
 BATCHING = "dynamic_batching { preferred_batch_size: [ 7 ] max_queue_delay_microseconds: 5000000 }\n"
 
 

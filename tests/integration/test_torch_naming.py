@@ -17,6 +17,8 @@ from service.errors import ErrorCode  # noqa: E402
 from service.worker.backends.base import BackendContext, BackendError, WorkerRequest  # noqa: E402
 from service.worker.backends.pytorch import TorchBackend  # noqa: E402
 
+pytestmark = pytest.mark.single_pass
+
 
 class Sub(torch.nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
