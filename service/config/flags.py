@@ -29,6 +29,7 @@ from service.config.groups.grpc_flags import add_grpc_flags, apply_grpc_flags
 from service.config.groups.log_flags import add_log_flags
 from service.config.groups.rate_limit import ResourceLimit, add_rate_limit_flags, rate_limit_settings
 from service.config.groups.repository_flags import LoadingOptions, add_repository_flags, loading_options
+from service.config.groups.trace_flags import add_trace_flags, trace_entries
 from service.config.host_policy import HostPolicy, parse_host_policies
 from service.config.ignored_flags import add_ignored_flags
 from service.config.openai import OpenAIOptions, add_openai_flags, openai_options
@@ -240,30 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_security_flags(p)
     add_http_flags(p)
-    p.add_argument(
-        "--trace-config",
-        action="append",
-        default=[],
-        metavar="[MODE,]KEY=VALUE",
-        help="tracing: level=TIMESTAMPS|TENSORS|OFF (repeatable), rate=N (trace 1 request in N, 1000), "
-        "count=N (-1: no limit), mode=triton|opentelemetry; triton,file=PATH and triton,log-frequency=N; "
-        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_* (tracing OFF)",
-    )
-    for old, key, what in (
-        ("--trace-file", "triton,file", "PATH"),
-        ("--trace-level", "level", "LEVEL"),
-        ("--trace-rate", "rate", "N"),
-        ("--trace-count", "count", "N"),
-        ("--trace-log-frequency", "triton,log-frequency", "N"),
-    ):
-        p.add_argument(
-            old,
-            action="append",
-            default=[],
-            dest=old[2:].replace("-", "_"),
-            metavar=what,
-            help=f"older Triton spelling of --trace-config {key}={what}",
-        )
+    add_trace_flags(p)
     add_metrics_flags(p)
     add_placement_flags(p)
     add_frontend_flags(p)
@@ -345,20 +323,7 @@ def parse_args(argv: list[str]) -> ServerConfig:
         parser.error(f"--cache-config: {e}")
     if config.cache_bytes is None and args.response_cache_byte_size:
         config.cache_bytes = args.response_cache_byte_size
-    config.trace_config = [
-        *(f"triton,file={v}" for v in args.trace_file),
-        *(f"level={v}" for v in args.trace_level),
-        *(f"rate={v}" for v in args.trace_rate),
-        *(f"count={v}" for v in args.trace_count),
-        *(f"triton,log-frequency={v}" for v in args.trace_log_frequency),
-        *args.trace_config,
-    ]
-    from service.core.observability.trace_settings import parse_trace_config
-
-    try:
-        parse_trace_config(config.trace_config, warn=True)
-    except ValueError as e:
-        parser.error(f"--trace-config: {e}")
+    config.trace_config = trace_entries(args, parser)
     config.backend_directory = args.backend_directory
     if config.backend_directory and not os.path.isdir(config.backend_directory):
         log.warning(
