@@ -46,6 +46,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     "service/instances/dispatch.py",
     "service/ipc/framing.py",
     "service/worker/channel.py",
+    "service/remote/host.py",
+    "service/remote/wire.py",
+    "service/remote/tensors.py",
 )
 
 _ROOTS = ("service", "shm")
