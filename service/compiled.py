@@ -42,6 +42,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "service/core/pipeline/validation.py",
     "service/core/pipeline/callbacks.py",
     "service/core/pipeline/shm_holds.py",
+    "service/core/observability/stats.py",
     "service/core/scheduling/scheduler.py",
     "service/core/scheduling/dynamic_batcher.py",
     "service/instances/dispatch.py",
