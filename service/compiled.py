@@ -31,6 +31,8 @@ PURE_ENV = "TRIREME_PURE_PYTHON"
 # same name); service/worker/pb_utils/requests.py: the worker builds each InferenceRequest without its public
 # constructor (`__new__`: that constructor checks its arguments as Triton's does), which a compiled class does not
 # allow (its `__new__` runs `__init__`).
+# service/core/observability/stats.py is compiled although its ModelStats crosses the front-end link pickled (the
+# statistics call): mypyc's compiled dataclasses pickle and unpickle as interpreted ones do.
 COMPILED_MODULES: tuple[str, ...] = (
     "service/frontend/grpc/codec.py",
     "service/frontend/http/codec.py",
@@ -41,11 +43,16 @@ COMPILED_MODULES: tuple[str, ...] = (
     "service/core/engine.py",
     "service/core/pipeline/validation.py",
     "service/core/pipeline/callbacks.py",
+    "service/core/pipeline/shm_holds.py",
+    "service/core/observability/stats.py",
     "service/core/scheduling/scheduler.py",
     "service/core/scheduling/dynamic_batcher.py",
     "service/instances/dispatch.py",
     "service/ipc/framing.py",
     "service/worker/channel.py",
+    "service/remote/host.py",
+    "service/remote/wire.py",
+    "service/remote/tensors.py",
 )
 
 _ROOTS = ("service", "shm")

@@ -2,7 +2,8 @@
 
 Phase `single` (is N = 1 as fast as before?): Trireme from this tree with `--frontend-processes 1` and Trireme
 from another checkout (`--main-root`, today's main) are each pinned to CPU 0 (taskset; workers inherit it), real
-perf_analyzer to CPU 1 at each concurrency; servers in rotating order per round.
+perf_analyzer to CPU 1 at each concurrency; servers in rotating order per round. `--single-servers m2 n2` pins
+the other checkout and this tree with N = 2 instead (the core process and its children on CPU 0).
 
 Phase `many` (does N = 2 pay with many client connections?): Trireme with N = 1 and N = 2 and Triton 2.51, each
 unpinned on all cores; --clients perf_analyzer processes at once, each at --client-concurrency with
@@ -87,7 +88,7 @@ def start(
 
 
 def single_phase(args: argparse.Namespace, repo: Path, work: Path) -> dict[tuple[str, int], list[dict[str, float]]]:
-    kinds = ["main", "n1"]
+    kinds = list(args.single_servers)
     ports = {k: free_port() for k in kinds}
     procs = {k: start(k, repo, ports[k], work, args.main_root, ["taskset", "-c", "0"], shape=args.shape) for k in kinds}
     out: dict[tuple[str, int], list[dict[str, float]]] = {}
@@ -178,6 +179,13 @@ def main() -> None:
         choices=["n1", "n2", "m1", "m2", "triton"],
         help="phase many: n1/n2 this tree with 1/2 front ends, m1/m2 the --main-root checkout with 1/2, triton",
     )
+    ap.add_argument(
+        "--single-servers",
+        nargs=2,
+        default=["main", "n1"],
+        choices=["main", "n1", "n2", "m1", "m2"],
+        help="phase single: the two servers compared (e.g. m2 n2: the --main-root checkout and this tree, N = 2)",
+    )
     ap.add_argument("--shape", type=int, default=16, help="FP32 elements per request")
     ap.add_argument("--shm", action="store_true", help="inputs and outputs through system shared memory")
     ap.add_argument("--streaming", action="store_true", help="phase many over ModelStreamInfer (one stream each)")
@@ -188,16 +196,20 @@ def main() -> None:
     write_identity(repo)
     if "single" in args.phases:
         single = single_phase(args, repo, work)
+        first, second = args.single_servers
         print(f"\nsingle: pinned (server CPU 0, perf_analyzer CPU 1), median of {args.rounds} rounds x {args.window} s")
-        print("| server | c | server CPU µs/req | worker CPU µs/req | infer/s | n1 ÷ main (infer/s) |")
+        print(
+            "| server | c | server CPU µs/req | children CPU µs/req (worker, front ends) | infer/s "
+            f"| {second} ÷ {first} (infer/s) |"
+        )
         print("|---|---|---|---|---|---|")
         for c in args.concurrency:
             ratio = statistics.median(
-                n["ips"] / m["ips"] for n, m in zip(single[("n1", c)], single[("main", c)], strict=True)
+                n["ips"] / m["ips"] for n, m in zip(single[(second, c)], single[(first, c)], strict=True)
             )
-            for k in ("main", "n1"):
+            for k in (first, second):
                 rows = single[(k, c)]
-                shown = f"{ratio:.2f}" if k == "n1" else "1.00"
+                shown = f"{ratio:.2f}" if k == second else "1.00"
                 print(
                     f"| {k} | {c} | {med(rows, 'server'):.0f} | {med(rows, 'children'):.0f} | {med(rows, 'ips'):.0f} "
                     f"| {shown} |"
