@@ -73,8 +73,12 @@ class PipeStream:
         return os.readv(self.read_fd, [buffer])
 
     def close(self) -> None:
-        """Close both descriptors."""
-        close_ends(PipeEnds(self.read_fd, self.write_fd))
+        """Close both descriptors (once: a second call does nothing)."""
+        fds = (self.read_fd, self.write_fd)
+        self.read_fd = self.write_fd = -1
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
 
 
 class _PipeFile:
