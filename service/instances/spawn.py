@@ -29,11 +29,16 @@ async def spawn_worker(
     """Start `python -m service.worker.main model=.. version=.. instance=..` (`title`: what ps shows; the
     descriptors go in the environment; `python`: an execution environment's interpreter, "" for ours):
     (process, the server's ends of the frame pipes, non-blocking cancel socket)."""
-    parent_ends, child_ends = pipe_pair()
     # Cancel frames get their own socket: a worker thread blocks on it, so a running execute() sees
     # is_cancelled() without anything waking up on the hot path.
     cancel_sock, cancel_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     cancel_sock.setblocking(False)
+    try:
+        parent_ends, child_ends = pipe_pair()
+    except BaseException:
+        cancel_sock.close()
+        cancel_child.close()
+        raise
     try:
         fds = [child_ends.read_fd, child_ends.write_fd, cancel_child.fileno()]
         proc = await asyncio.create_subprocess_exec(

@@ -38,7 +38,12 @@ def pipe_pair() -> tuple[PipeEnds, PipeEnds]:
     """(the server's ends, the worker's ends) of two new pipes; the descriptors are not inheritable (pass the
     worker's in `pass_fds`) and the caller closes them."""
     to_worker_r, to_worker_w = os.pipe()
-    to_server_r, to_server_w = os.pipe()
+    try:
+        to_server_r, to_server_w = os.pipe()
+    except BaseException:
+        os.close(to_worker_r)
+        os.close(to_worker_w)
+        raise
     for fd in (to_worker_w, to_server_w):
         with contextlib.suppress(OSError):  # past the user's pipe-buffer quota: the default 64 KiB still works
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
