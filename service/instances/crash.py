@@ -33,10 +33,14 @@ class CrashHandling:
     def _check_idle(self) -> None:
         raise NotImplementedError
 
+    def close_channel(self) -> None:
+        raise NotImplementedError
+
     def on_connection_lost(self) -> None:
         """The worker exited or crashed: stop using it now; fail its requests once its exit status is known."""
         was_alive = self.alive
         self.alive = False
+        self.close_channel()  # the pipe to the worker too: nothing more is written to it
         self.readiness.lost()
         if not self._closed.done():
             self._closed.set_result(None)

@@ -1,4 +1,4 @@
-"""Frames from a worker, server side: parse them off the socket and route each to where it belongs (responses to
+"""Frames from a worker, server side: parse them off the channel and route each to where it belongs (responses to
 their requests, batch completions to the scheduler, start-up replies, handlers such as BLS)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class _Owner(Protocol):
 
 
 class _WorkerProtocol(asyncio.Protocol):
-    """Parses frames from the worker socket and hands them to the WorkerProcess synchronously."""
+    """Parses frames from the worker's pipe and hands them to the WorkerProcess synchronously."""
 
     def __init__(self, owner: _Owner) -> None:
         self.owner = owner

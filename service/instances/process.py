@@ -1,6 +1,6 @@
 """The server side of one worker process: start and stop it, feed it batches, and the state its other jobs share.
 
-The other jobs live beside it: spawn.py (command line, environment, sockets), transfer.py (tensors into and out
+The other jobs live beside it: spawn.py (command line, environment, channel), transfer.py (tensors into and out
 of frames and arenas), dispatch.py (routing frames from the worker), crash.py (a worker that dies).
 """
 
@@ -26,6 +26,7 @@ from service.instances.transfer import ArenaTransfer, _Inflight
 from service.ipc import frames as ipc
 from service.ipc.arena import ArenaMap, GrowingArena, ShmPoolExhausted, segment_name
 from service.ipc.blocks import OrderedSender
+from service.ipc.pipes import open_pipes
 from service.types import InferRequest, InferResponse
 
 log = logging.getLogger("trireme.workers")
@@ -42,7 +43,8 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
         self.spec = spec
         self.on_exit = on_exit
         self.proc: asyncio.subprocess.Process | None = None
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.WriteTransport | None = None  # frames to the worker (a pipe)
+        self.receiver: asyncio.ReadTransport | None = None  # frames from the worker (a pipe): its EOF is the exit
         self.cancel_sock: socket.socket | None = None
         self._reap_task: asyncio.Task[None] | None = None
         self.in_arena: GrowingArena | None = None  # requests in: the server allocates, grows and writes
@@ -128,9 +130,9 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
     async def _spawn(self, loop: asyncio.AbstractEventLoop) -> None:
         spec = self.spec
         title = {"model": spec.model_name, "version": spec.model_version, "instance": spec.instance_name}
-        self.proc, parent_sock, self.cancel_sock = await spawn_worker(spec.env, title, spec.python)
+        self.proc, ends, self.cancel_sock = await spawn_worker(spec.env, title, spec.python)
         self._startup = loop.create_future()
-        self.transport, _ = await loop.create_unix_connection(lambda: _WorkerProtocol(self), sock=parent_sock)
+        self.transport, self.receiver = await open_pipes(loop, ends, _WorkerProtocol(self))
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Ask the worker to finalize and exit; kill it if it does not within timeout_s."""
@@ -144,13 +146,12 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
         await self.kill()
 
     async def kill(self) -> None:
-        """Kill the process (if running), close the socket and unmap arenas."""
+        """Kill the process (if running), close the channel and unmap arenas."""
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGKILL)
             await self.proc.wait()
-        if self.transport is not None:
-            self.transport.close()
+        self.close_channel()
         if self.cancel_sock is not None:
             self.cancel_sock.close()
         await asyncio.shield(self._closed) if self.transport is not None else None
@@ -159,6 +160,13 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
                 arena.unlink()
                 arena.close()
         self.in_arena = self.out_arena = None
+
+    def close_channel(self) -> None:
+        """Close both pipes of the channel (the receiving one's connection_lost() then runs once)."""
+        if self.transport is not None:
+            self.transport.close()
+        if self.receiver is not None:
+            self.receiver.close()
 
     def retire(self, reason: str) -> None:
         """Take no new batches from now on (the instance is being removed); in-flight work still completes.

@@ -1,4 +1,5 @@
-"""Starting a worker process: its command line, its environment, and the two socket pairs it talks over."""
+"""Starting a worker process: its command line, its environment, its frame channel (two pipes) and its cancel
+socket."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import socket
 
 from service.ipc.launch import fds_env, worker_command
+from service.ipc.pipes import PipeEnds, close_ends, pipe_pair
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -23,17 +25,22 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 async def spawn_worker(
     env: dict[str, str], title: dict[str, str], python: str = ""
-) -> tuple[asyncio.subprocess.Process, socket.socket, socket.socket]:
-    """Start `python -m service.worker.main model=.. version=.. instance=..` (`title`: what ps shows; the socket
+) -> tuple[asyncio.subprocess.Process, PipeEnds, socket.socket]:
+    """Start `python -m service.worker.main model=.. version=.. instance=..` (`title`: what ps shows; the
     descriptors go in the environment; `python`: an execution environment's interpreter, "" for ours):
-    (process, frame socket, non-blocking cancel socket)."""
-    parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    (process, the server's ends of the frame pipes, non-blocking cancel socket)."""
     # Cancel frames get their own socket: a worker thread blocks on it, so a running execute() sees
     # is_cancelled() without anything waking up on the hot path.
     cancel_sock, cancel_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     cancel_sock.setblocking(False)
     try:
-        fds = [child_sock.fileno(), cancel_child.fileno()]
+        parent_ends, child_ends = pipe_pair()
+    except BaseException:
+        cancel_sock.close()
+        cancel_child.close()
+        raise
+    try:
+        fds = [child_ends.read_fd, child_ends.write_fd, cancel_child.fileno()]
         proc = await asyncio.create_subprocess_exec(
             *worker_command(title, python),
             pass_fds=fds,
@@ -44,10 +51,10 @@ async def spawn_worker(
             start_new_session=True,
         )
     except BaseException:
-        parent_sock.close()
+        close_ends(parent_ends)
         cancel_sock.close()
         raise
     finally:
-        child_sock.close()
+        close_ends(child_ends)
         cancel_child.close()
-    return proc, parent_sock, cancel_sock
+    return proc, parent_ends, cancel_sock

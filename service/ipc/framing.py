@@ -1,5 +1,5 @@
-"""The reading side of a frame socket: splits a byte stream of length-prefixed frames (`frames.HEADER`, then the
-payload) into messages and hands each on as it is decoded. Server side of the worker sockets (msgspec payloads) and
+"""The reading side of a frame channel: splits a byte stream of length-prefixed frames (`frames.HEADER`, then the
+payload) into messages and hands each on as it is decoded. Server side of the worker channels (msgspec payloads) and
 both ends of the front-end links (pickle payloads) read through it."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""How a worker process is started: its command line (what `ps` and `top` show) and how it finds its sockets.
+"""How a worker process is started: its command line (what `ps` and `top` show) and how it finds its channel.
 
 The command line only names the worker (model, version, instance), as Triton's stub shows its model: the
-socket descriptors travel in an environment variable that the worker reads and removes, so that nothing of the
-worker's own plumbing reaches `sys.argv` (or the environment) of the model it runs.
+descriptors of its channel (ipc/pipes.py) and cancel socket travel in an environment variable that the worker
+reads and removes, so that nothing of the worker's own plumbing reaches `sys.argv` (or the environment) of the
+model it runs.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import sys
 
 WORKER_MODULE = "service.worker.main"
-FDS_ENV = "TRIREME_WORKER_FDS"  # "<channel fd>[,<cancel fd>]"
+FDS_ENV = "TRIREME_WORKER_FDS"  # "<channel read fd>,<channel write fd>[,<cancel socket fd>]"
 
 
 def worker_command(title: dict[str, str], python: str = "") -> list[str]:
@@ -21,12 +22,12 @@ def worker_command(title: dict[str, str], python: str = "") -> list[str]:
 
 
 def fds_env(fds: list[int]) -> dict[str, str]:
-    """The environment entry that hands the worker its inherited socket descriptors."""
+    """The environment entry that hands the worker its inherited descriptors."""
     return {FDS_ENV: ",".join(str(fd) for fd in fds)}
 
 
 def take_fds() -> list[int]:
-    """The worker's socket descriptors, removed from the environment (children of the model never see them)."""
+    """The worker's descriptors, removed from the environment (children of the model never see them)."""
     value = os.environ.pop(FDS_ENV, "")
     try:
         return [int(part) for part in value.split(",") if part]

@@ -1,6 +1,6 @@
 """Worker side of BLS: send a model's InferenceRequest to the server and turn the replies into responses.
 
-A call is an ipc.BlsRequest on the worker's control socket; the server answers with ipc.BlsResponse frames
+A call is an ipc.BlsRequest on the worker's control channel; the server answers with ipc.BlsResponse frames
 (one, or many for a decoupled model). The calling thread reads the socket itself while it waits
 (WorkerChannel.wait_for), so a call made from inside execute() needs no reader thread. Large output
 tensors arrive in the worker's input arena and are handed to the model as numpy views; the block goes back

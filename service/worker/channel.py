@@ -1,7 +1,8 @@
-"""The worker side of the control socket: framed send/recv, tensor (de)materialization over shared memory.
+"""The worker side of the control channel (two pipes, ipc/pipes.py): framed send/recv, tensor (de)materialization
+over shared memory.
 
 Reading uses a leader/follower scheme instead of a reader thread: the main loop reads while idle; a thread
-that must wait for a reply (a BLS call made from inside execute) reads the socket itself when nobody else
+that must wait for a reply (a BLS call made from inside execute) reads the channel itself when nobody else
 is. That keeps the common path free of thread hand-offs.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import socket
 import threading
 from collections.abc import Callable, Sized
 from concurrent.futures import Future
@@ -21,6 +21,7 @@ from mypy_extensions import mypyc_attr
 
 from service.ipc import frames as ipc
 from service.ipc.arena import DEFAULT_GROWTH_BYTES, ArenaMap, GrowingArena
+from service.ipc.pipes import ByteStream
 from shm.system import SegmentTruncated, check_extent
 from shm.tensor import numpy_to_datatype, numpy_to_raw, raw_to_numpy
 
@@ -130,8 +131,8 @@ class ClientCudaRegions:
 class WorkerChannel:
     """Frames in and out of the worker, plus the arenas shared with the server."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
+    def __init__(self, sock: ByteStream) -> None:
+        self.sock = sock  # a PipeStream (a socket in tests and benchmarks)
         self._send_lock = threading.Lock()
         self._corked: list[Any] | None = None  # responses held back (messages, encoded at uncork)
         self._read_lock = threading.Lock()
@@ -179,7 +180,7 @@ class WorkerChannel:
                 self.sock.sendall(b"".join([ipc.encode(m) for m in held]))
 
     def _fill(self, need: int) -> None:
-        """Read until at least `need` unread bytes are buffered: one recv takes whatever the socket holds (a
+        """Read until at least `need` unread bytes are buffered: one read takes whatever the channel holds (a
         whole frame, or several pipelined ones), so a frame costs one system call instead of two."""
         buf, pos, end = self._buf, self._pos, self._end
         if pos == end:  # everything was decoded (the common case): start over at the front, nothing to move
@@ -197,7 +198,7 @@ class WorkerChannel:
         while end < need:
             k = self.sock.recv_into(view[end:])
             if k == 0:
-                raise EOFError("server closed the control socket")
+                raise EOFError("server closed the control channel")
             end += k
             self._end = end
 

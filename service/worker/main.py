@@ -1,8 +1,9 @@
 """Entry point of a worker process: load one model instance with its backend and serve batches.
 
 Started by the server as `python -m service.worker.main model=<name> version=<v> instance=<instance>` (words that
-only name the process for ps and top) with its socket descriptors in the environment (ipc/launch.py); everything
-else arrives as messages on that socket (ipc.Init or ipc.AutoComplete first).
+only name the process for ps and top) with its descriptors in the environment (ipc/launch.py): the two pipes of
+its frame channel (ipc/pipes.py) and the cancel socket; everything else arrives as messages on the channel
+(ipc.Init or ipc.AutoComplete first).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from service.ipc import frames as ipc
 from service.ipc import stagetrace
 from service.ipc.arena import ShmPoolExhausted
 from service.ipc.launch import take_fds, take_placement
+from service.ipc.pipes import PipeEnds, PipeStream
 from service.worker.backends.base import Backend, BackendContext, WorkerRequest, load_backend_class
 from service.worker.bls_client import BlsClient
 from service.worker.channel import OutputTooLarge, WorkerChannel
@@ -327,15 +329,16 @@ def run_auto_complete(channel: WorkerChannel, msg: ipc.AutoComplete) -> None:
 
 
 def main() -> None:
-    """Connect to the server through the inherited socket and serve until told to stop."""
+    """Talk to the server through the inherited pipes and serve until told to stop."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
     fds, placement = take_fds(), take_placement()
     # what a model sees in sys.argv, as under Triton's stub: no worker arguments (unittest.main() and argparse
     # in a model.py parse an empty command line)
     sys.argv = [""]
-    sock = socket.socket(fileno=fds[0])
-    channel = WorkerChannel(sock)
+    if len(fds) < 2:
+        raise SystemExit("a worker needs its channel's two pipe descriptors")
+    channel = WorkerChannel(PipeStream(PipeEnds(fds[0], fds[1])))
     try:
         first = channel.read_one()
         if isinstance(first, ipc.AutoComplete):
@@ -354,8 +357,8 @@ def main() -> None:
         # pb_utils.Logger lines go to the server, which logs them under its current settings
         pb_runtime.log = lambda level, message, file, line: channel.send(ipc.ModelLog(level, message, file, line))
         pb_metrics.state.default = worker.metrics  # threads the model starts itself use it too
-        if len(fds) > 1:
-            CancelListener(socket.socket(fileno=fds[1]), worker.on_message)
+        if len(fds) > 2:
+            CancelListener(socket.socket(fileno=fds[2]), worker.on_message)
         worker.start()
         worker.serve()
     except (EOFError, ConnectionError, BrokenPipeError):

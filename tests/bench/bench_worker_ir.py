@@ -2,10 +2,10 @@
 
 The real Worker (service/worker/main.py: channel, python backend, pb_utils) loads the unbatched FP32 identity model of
 tests/bench/models.py; Execute frames as the server sends them (16 floats inline, one requested output) go in through
-a socketpair and the Respond frames are read back, one request at a time. The script runs itself twice under
-`valgrind --tool=callgrind` (PYTHONHASHSEED=0, so dict and set layouts repeat) with --low and --high requests and
-prints (Ir(high) - Ir(low)) / (high - low): start-up and model loading cancel out. The server side's share of the
-socketpair traffic (one sendall, one recv per request) is included, a few hundred instructions.
+the worker's two pipes (service/ipc/pipes.py) and the Respond frames are read back, one request at a time. The
+script runs itself twice under `valgrind --tool=callgrind` (PYTHONHASHSEED=0, so dict and set layouts repeat) with
+--low and --high requests and prints (Ir(high) - Ir(low)) / (high - low): start-up and model loading cancel out. The
+server side's share of the pipe traffic (one write, one read per request) is included, a few hundred instructions.
 
 Back-to-back runs agree within ~0.3k instructions, runs hours apart within ~1.5k: compare changes in one batch.
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -32,6 +31,7 @@ def serve(requests: int, frames: int) -> None:
     """Load the model in a Worker and run `requests` requests through it (the measured body)."""
     from service.ipc import frames as ipc
     from service.ipc.arena import ArenaMap, segment_name
+    from service.ipc.pipes import PipeStream, pipe_pair
     from service.worker.channel import WorkerChannel
     from service.worker.main import Worker
     from tests.bench.models import write_identity
@@ -46,15 +46,15 @@ def serve(requests: int, frames: int) -> None:
         "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
     }
     arenas = [ArenaMap(segment_name(f"wir{os.getpid()}{k}"), 1 << 20, True) for k in "io"]
-    server, worker_sock = socket.socketpair()
+    server_ends, worker_ends = pipe_pair()  # the worker's real channel: two pipes
     model_dir = work / "identity"
     init = ipc.Init(
         "python", "identity", "1", str(model_dir), str(model_dir / "1"), json.dumps(config), "identity_0_0",
         "CPU", 0, arenas[0].name, arenas[1].name, 1 << 20,
     )  # fmt: skip
-    worker = Worker(WorkerChannel(worker_sock), init)
+    worker = Worker(WorkerChannel(PipeStream(worker_ends)), init)
     worker.start()
-    server.recv(1 << 16)  # Ready
+    os.read(server_ends.read_fd, 1 << 16)  # Ready
     data = b"\0" * 64
 
     def frame(i: int) -> bytes:
@@ -64,10 +64,10 @@ def serve(requests: int, frames: int) -> None:
     sent = [frame(i + 1) for i in range(frames)]  # made for every run alike: not part of the difference
     channel = worker.channel
     for i in range(requests):
-        server.sendall(sent[i])
+        os.write(server_ends.write_fd, sent[i])
         worker.on_message(channel.read_one_unless(worker.executions))
         worker.run_batch(worker.executions.pop(0))
-        server.recv(1 << 16)
+        os.read(server_ends.read_fd, 1 << 16)
     for arena in arenas:
         arena.unlink()
     os._exit(0)  # the model's threads and the arenas' mappings need no orderly shutdown here

@@ -43,6 +43,7 @@ run $PY tests/bench/bench_cpu.py --servers echo trireme trireme_native --no-cpu
 run $PY tests/bench/large_stalls.py --rounds 3 --grpc-transport native
 section "Worker hop, core process and zero copy at 1 MiB"
 run $PY tests/bench/bench_wakeup.py; run $PY tests/bench/bench_wakeup.py --cpus 0 0
+run $PY tests/bench/bench_worker_channel.py
 run $PY tests/bench/bench_shm_bookkeeping.py --ir
 section "load/: trireme-perf vs perf_analyzer"
 run $PY -m load crosscheck --server trireme -m identity_fp32 --concurrency 1,4 --rounds 5 -p 3000

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 
 from protos import model_config_pb2 as mc
 from service.core.repository import model_config as cfg
@@ -13,6 +12,7 @@ from service.instances.envs.prepare import ExecEnv
 from service.instances.spawn import worker_env
 from service.ipc import frames as ipc
 from service.ipc.launch import fds_env, worker_command
+from service.ipc.pipes import close_ends, open_pipes, pipe_pair
 
 AUTO_COMPLETE_TIMEOUT_S = 60.0
 
@@ -62,30 +62,36 @@ async def run_auto_complete(
                 "does not define auto_complete_config",
             )
         return config
-    parent, child = socket.socketpair()
+    parent, child = pipe_pair()
     try:
         title = {"model": os.path.basename(model_dir), "version": os.path.basename(version_dir)}
         proc = await asyncio.create_subprocess_exec(
             *worker_command({**title, "task": "auto-complete"}, exec_env.python if exec_env else ""),
-            pass_fds=(child.fileno(),),
-            env=worker_env({**(exec_env.env if exec_env else {}), **fds_env([child.fileno()])}),
+            pass_fds=child,
+            env=worker_env({**(exec_env.env if exec_env else {}), **fds_env(list(child))}),
             stdin=asyncio.subprocess.DEVNULL,
             # own session: signals sent to the server's process group (Ctrl-C, timeout) must not
             # kill workers behind the server's back; the server stops them, or they exit on EOF
             start_new_session=True,
         )
+    except BaseException:
+        close_ends(parent)
+        raise
     finally:
-        child.close()
+        close_ends(child)
     try:
-        reader, writer = await asyncio.open_unix_connection(sock=parent)
-        writer.write(
-            ipc.encode(ipc.AutoComplete(config.backend, model_dir, version_dir, cfg.to_json(config), backend_dir))
-        )
-        await writer.drain()
-        header = await asyncio.wait_for(reader.readexactly(4), AUTO_COMPLETE_TIMEOUT_S)
-        (n,) = ipc.HEADER.unpack(header)
-        reply = ipc.decode(await reader.readexactly(n))
-        writer.close()
+        reader = asyncio.StreamReader()
+        writer, receiver = await open_pipes(loop, parent, asyncio.StreamReaderProtocol(reader))
+        try:
+            writer.write(
+                ipc.encode(ipc.AutoComplete(config.backend, model_dir, version_dir, cfg.to_json(config), backend_dir))
+            )
+            header = await asyncio.wait_for(reader.readexactly(4), AUTO_COMPLETE_TIMEOUT_S)
+            (n,) = ipc.HEADER.unpack(header)
+            reply = ipc.decode(await reader.readexactly(n))
+        finally:
+            writer.close()
+            receiver.close()
     except (asyncio.IncompleteReadError, TimeoutError, ConnectionError) as e:
         raise ServiceError(ErrorCode.INTERNAL, f"auto-complete of '{model_dir}' failed: {e!r}") from None
     finally:
