@@ -54,6 +54,11 @@ def open_cuda_region(raw_handle: bytes, byte_size: int, device_id: int) -> Devic
     return CudaRegion.open(raw_handle, byte_size, device_id)
 
 
+def _truncated(name: str, e: SegmentTruncated) -> ShmError:
+    """INVALID_ARG for a region whose segment the client truncated after registering it."""
+    return ShmError("INVALID_ARG", f"Invalid shared memory region: '{name}': {e}")
+
+
 class _Entry:
     """One registration: its public description, its mapping and its in-flight reference count."""
 
@@ -261,8 +266,12 @@ class SharedMemoryRegistry:
             raise ShmError("INVALID_ARG", f"Invalid offset for shared memory region: '{name}'")
         if byte_size < 0 or offset + byte_size > region.byte_size:
             raise ShmError("INVALID_ARG", f"Invalid offset + byte size for shared memory region: '{name}'")
-        if entry.system is not None:
-            self._check_system(entry.system, name, offset, byte_size)
+        system = entry.system
+        if system is not None:  # the window is inside the region (above); is the segment still that long?
+            try:
+                system.check_segment(offset, byte_size)
+            except SegmentTruncated as e:
+                raise _truncated(name, e) from None
         windows = entry.windows
         resolved = windows.get((offset, byte_size))
         if resolved is None:
@@ -323,7 +332,7 @@ class SharedMemoryRegistry:
         try:
             region.check(offset, nbytes)
         except SegmentTruncated as e:
-            raise ShmError("INVALID_ARG", f"Invalid shared memory region: '{name}': {e}") from None
+            raise _truncated(name, e) from None
 
     def read(self, resolved: ResolvedRegion) -> memoryview:
         """The tensor's bytes: a zero-copy view for system regions, a host copy for CUDA regions."""

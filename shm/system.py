@@ -71,7 +71,7 @@ class SegmentTruncated(ValueError):
     """A segment is now shorter than a tensor in it needs (the client truncated it after registration).
 
     Touching a mapping past the end of its file raises SIGBUS, which kills the process, so every read and
-    write checks the segment's real size (fstat) first."""
+    write checks the segment's real size (check_extent) first."""
 
     def __init__(self, key: str, size: int, offset: int, nbytes: int) -> None:
         super().__init__(
@@ -82,7 +82,13 @@ class SegmentTruncated(ValueError):
 
 def check_extent(fd: int, key: str, offset: int, nbytes: int) -> None:
     """Raise SegmentTruncated unless the segment open as `fd` reaches offset + nbytes right now."""
-    size = os.fstat(fd).st_size
+    # The size from lseek(SEEK_END): the same i_size fstat reports, without building a stat_result (0.5 vs 1.5 µs;
+    # this runs for every shm tensor on both sides). Nothing reads or writes through these descriptors (mappings
+    # only), so moving their file position is harmless. fstat where a system refuses lseek on shm (ESPIPE).
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
+    except OSError:
+        size = os.fstat(fd).st_size
     if offset + nbytes > size:
         raise SegmentTruncated(key, size, offset, nbytes)
 
@@ -201,6 +207,12 @@ class SystemRegion:
         """Raise ValueError unless [offset, offset + nbytes) of the window lies inside it and inside the segment
         as it is now (SegmentTruncated when the segment was truncated after it was mapped)."""
         check_window(offset, nbytes, self._byte_size)
+        if nbytes and self._fd >= 0:
+            check_extent(self._fd, self._key, self._offset + offset, nbytes)
+
+    def check_segment(self, offset: int, nbytes: int) -> None:
+        """The segment half of check() alone (SegmentTruncated), for a caller that has checked [offset, offset +
+        nbytes) against byte_size itself (the registry, per tensor per request)."""
         if nbytes and self._fd >= 0:
             check_extent(self._fd, self._key, self._offset + offset, nbytes)
 

@@ -218,6 +218,30 @@ def test_resolve_errors(registry: SharedMemoryRegistry, client_region: ClientReg
     assert registry.resolve("r", 0, 50).byte_size == 50
 
 
+def test_resolve_checks_the_segment_size_on_every_request(
+    registry: SharedMemoryRegistry, client_region: ClientRegion
+) -> None:
+    """A window resolved before (and cached) is refused once the client truncates the segment under it, and
+    served again once the segment has grown back; what still fits keeps being served in between."""
+    key, _ = client_region(8192)
+    registry.register_system("r", key, 4096, 4096)
+    assert registry.resolve("r", 1024, 2048).offset == 5120
+    fd = os.open("/dev/shm/" + key.lstrip("/"), os.O_RDWR)
+    try:
+        os.ftruncate(fd, 6000)
+        with expect(
+            "INVALID_ARG",
+            f"Invalid shared memory region: 'r': shared memory object '{key}' holds 6000 bytes, too few for 2048 "
+            "bytes at offset 5120: it was truncated after registration",
+        ):
+            registry.resolve("r", 1024, 2048)
+        assert registry.resolve("r", 0, 1904).byte_size == 1904  # ends at byte 6000: still inside
+        os.ftruncate(fd, 8192)
+        assert registry.resolve("r", 1024, 2048).offset == 5120
+    finally:
+        os.close(fd)
+
+
 def test_status_errors(registry: SharedMemoryRegistry, client_region: ClientRegion) -> None:
     key, _ = client_region(16)
     registry.register_system("sys", key, 0, 16)
