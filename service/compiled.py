@@ -46,6 +46,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "service/core/pipeline/shm_holds.py",
     "service/core/observability/stats.py",
     "service/core/scheduling/scheduler.py",
+    "service/core/scheduling/direct.py",
     "service/core/scheduling/dynamic_batcher.py",
     "service/instances/dispatch.py",
     "service/ipc/framing.py",

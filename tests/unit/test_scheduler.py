@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from service.core.observability.stats import ModelStats
-from service.core.scheduling.scheduler import UNLOADING_MESSAGE, DirectScheduler
+from service.core.scheduling.direct import DirectScheduler
+from service.core.scheduling.scheduler import UNLOADING_MESSAGE
 from service.errors import ErrorCode, ServiceError
 from service.types import InferRequest, InferResponse, InputTensor
 from tests.unit.test_dynamic_batcher import FakeClock, FakePool

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.core.scheduling.direct import DirectScheduler
 from service.core.scheduling.dynamic_batcher import DynamicBatcher
 from service.core.scheduling.rate_limiter import RateLimiter
-from service.core.scheduling.scheduler import DirectScheduler, InstanceScheduler, Scheduler
+from service.core.scheduling.scheduler import InstanceScheduler, Scheduler
 from service.core.scheduling.views import ModelView
 from service.errors import ErrorCode, ServiceError
 from service.instances.pool import InstancePool
