@@ -1,0 +1,75 @@
+"""The transport floor on HTTP/2 stacks of our own: tests/bench/echo_server.py's KServe v2 echo (same handlers, same
+generated protobuf classes, same responses) served without grpc, on asyncio + uvloop, so that what differs from
+the grpc.aio echo is only the HTTP/2 and gRPC framing layer. It answers issue 44 item 1's question: would a
+Trireme-owned gRPC server, as Trireme did for HTTP/1.1 on httptools, beat grpc.aio and pygrpc-native per request?
+
+--variant h2: python-hyper's `h2` state machine (the well-tested HTTP/2 implementation; tests/bench/h2echo/lib.py).
+--variant own: our own framing with struct and slices, HPACK decoding by the `hpack` library with header blocks
+  cached by their raw bytes, pre-encoded response headers and trailers (tests/bench/h2echo/own.py).
+Unary RPCs on cleartext HTTP/2 only: ServerLive/Ready, ServerMetadata, ModelReady, ModelMetadata, ModelConfig,
+ModelStatistics (inference_count = ModelInfer calls answered) and ModelInfer, for one unbatched FP32 `[-1]`
+identity model of any name; perf_analyzer and tritonclient drive it. Bench-only: `pip install h2` (the `bench`
+extra); measured in docs/benchmarks.md ("Issue 44 item 1: own HTTP/2 route, measured").
+
+Usage: python tests/bench/h2_echo_server.py --port PORT --variant h2|own
+SIGTERM or SIGINT: GOAWAY to every client, then exit once the calls in flight ended (at most 2 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.echo_server import Echo  # noqa: E402
+from tests.bench.h2echo import rpc  # noqa: E402
+from tests.bench.h2echo.lib import LibConnection  # noqa: E402
+from tests.bench.h2echo.own import OwnConnection  # noqa: E402
+
+VARIANTS: dict[str, Any] = {"h2": LibConnection, "own": OwnConnection}
+
+
+async def serve(port: int, variant: str) -> None:
+    """Serve on 127.0.0.1:port until SIGTERM/SIGINT, then shut down with GOAWAY."""
+    loop = asyncio.get_running_loop()
+    echo = Echo()
+    table = rpc.methods(echo)
+    live: set[Any] = set()
+    protocol = VARIANTS[variant]
+    server = await loop.create_server(lambda: protocol(table, live), "127.0.0.1", port, reuse_address=True)
+    print(f"Started GRPCInferenceService (echo on HTTP/2 variant {variant})", flush=True)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    server.close()
+    for conn in list(live):
+        conn.shutdown()
+    for _ in range(20):
+        if not live:
+            break
+        await asyncio.sleep(0.1)
+    misses = getattr(protocol, "cache_misses_total", None)
+    extra = f", {misses} header blocks decoded (the rest from the cache)" if misses is not None else ""
+    print(f"stopped: {echo.count} ModelInfer calls{extra}", flush=True)
+
+
+def main() -> None:
+    """Parse the flags and run on uvloop."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--variant", choices=sorted(VARIANTS), required=True)
+    args = ap.parse_args()
+    uvloop.run(serve(args.port, args.variant))
+
+
+if __name__ == "__main__":
+    main()
