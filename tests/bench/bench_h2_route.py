@@ -66,7 +66,9 @@ def main() -> None:
     report(names, args.concurrency, results, args.rounds)
 
 
-def report(names: list[str], concurrency: list[int], results: dict[tuple[str, int], list[dict[str, float]]], n: int) -> None:
+def report(
+    names: list[str], concurrency: list[int], results: dict[tuple[str, int], list[dict[str, float]]], n: int
+) -> None:
     def med(k: str, c: int, field: str) -> float:
         got = results.get((k, c), [])
         return statistics.median(g[field] for g in got) if got else 0.0

@@ -8,6 +8,7 @@ protocol errors. Same gaps as the `own` variant for production (docs/benchmarks.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 from h2.config import H2Configuration
@@ -72,8 +73,9 @@ class LibConnection(asyncio.Protocol):
         h2 = self._h2
         try:
             events = h2.receive_data(data)
-        except ProtocolError:  # h2 has queued the GOAWAY with the right error code
-            self._t.write(h2.data_to_send())
+        except ProtocolError as exc:  # h2 queues the GOAWAY itself, except for a bad connection preface
+            out = h2.data_to_send() or self._goaway_for(exc)
+            self._t.write(out)
             self._t.close()
             return
         for ev in events:
@@ -104,7 +106,7 @@ class LibConnection(asyncio.Protocol):
                 sid = ev.stream_id
                 st = self._streams.get(sid)
                 if st is not None:
-                    st.task = rpc.call(st.method, st.body, lambda b, c, m, s=sid, t=st: self._reply(s, t, b, c, m))
+                    st.task = rpc.call(st.method, st.body, partial(self._reply, sid, st))
             elif isinstance(ev, StreamReset):
                 st = self._streams.pop(ev.stream_id, None)
                 if st is not None and st.task is not None:
@@ -117,6 +119,10 @@ class LibConnection(asyncio.Protocol):
         if out:
             self._t.write(out)
         self._after_stream()
+
+    def _goaway_for(self, exc: ProtocolError) -> bytes:
+        self._h2.close_connection(error_code=exc.error_code)
+        return self._h2.data_to_send()
 
     def _reply(self, sid: int, st: _Stream, message: bytes | None, code: int, text: str) -> None:
         if self._streams.get(sid) is not st or self._t is None or self._t.is_closing():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from functools import partial
 from typing import Any
 
 from hpack import Decoder, HPACKError
@@ -268,7 +269,7 @@ class OwnConnection(asyncio.Protocol):
 
     def _end(self, sid: int, st: _Stream) -> None:
         """The request is complete: run the call."""
-        st.task = rpc.call(st.method, st.body, lambda body, code, msg: self._reply(sid, st, body, code, msg))
+        st.task = rpc.call(st.method, st.body, partial(self._reply, sid, st))
 
     # ---- responses -------------------------------------------------------------------------------------------
     def _reply(self, sid: int, st: _Stream, message: bytes | None, code: int, text: str) -> None:
@@ -354,9 +355,9 @@ class OwnConnection(asyncio.Protocol):
                 self._streams[sid].send_window += inc
             self._unblock()
         elif ftype == RST_STREAM:
-            st = self._streams.pop(sid, None)
-            if st is not None and st.task is not None:
-                st.task.cancel()  # the handler sees CancelledError, as on grpc.aio
+            gone = self._streams.pop(sid, None)
+            if gone is not None and gone.task is not None:
+                gone.task.cancel()  # the handler sees CancelledError, as on grpc.aio
             self._after_stream()
         elif ftype == GOAWAY:  # the client goes: finish what runs, then close
             self._closing = True

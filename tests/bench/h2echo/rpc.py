@@ -93,9 +93,7 @@ def status_block(code: int, message: str, trailers_only: bool) -> bytes:
 
 def percent(message: str) -> bytes:
     """grpc-message's percent-encoding (printable ASCII except '%' stays as is)."""
-    return b"".join(
-        bytes((b,)) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in message.encode("utf-8")
-    )
+    return b"".join(bytes((b,)) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in message.encode("utf-8"))
 
 
 # ---- gRPC messages ---------------------------------------------------------------------------------------------
@@ -132,7 +130,7 @@ def call(method: Method | None, body: bytes | bytearray, done: Done) -> asyncio.
         return None
     try:
         request = method.deserialize(message)
-    except Exception:  # noqa: BLE001 - any parse failure is the caller's error
+    except Exception:  # any parse failure is the caller's error
         done(None, INTERNAL, "Exception deserializing request!")
         return None
     task = asyncio.get_running_loop().create_task(method.handler(request, None))
