@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import struct
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from hpack import Decoder, HPACKError
 from hpack.table import HeaderTable
+from mypy_extensions import mypyc_attr
 
 from load.transports.h2 import (
     ACK,
@@ -51,19 +52,16 @@ _GOAWAY = struct.Struct(">II")
 _HEADER_BLOCKS_CACHED = 256
 
 
+@mypyc_attr(native_class=False)  # (for a mypyc build: a subclass of a Python class)
 class _CountingTable(HeaderTable):
-    """hpack's header table with a generation number that moves whenever its content or size may change."""
+    """hpack's header table with a generation number that moves whenever an entry is added (a dynamic table
+    size update shows as a change of `maxsize`, which _decode compares too)."""
 
     generation = 0
 
     def add(self, name: bytes, value: bytes) -> None:
         self.generation += 1
         super().add(name, value)
-
-    @HeaderTable.maxsize.setter  # type: ignore[attr-defined,untyped-decorator]
-    def maxsize(self, newmax: int) -> None:
-        self.generation += 1
-        HeaderTable.maxsize.fset(self, newmax)  # type: ignore[attr-defined]
 
 
 class _Stream:
@@ -83,7 +81,7 @@ class _Stream:
 class OwnConnection(asyncio.Protocol):
     """One client connection; every method runs on the event loop."""
 
-    cache_misses_total = 0  # header blocks decoded by hpack over the closed connections (the rest: cache hits)
+    cache_misses_total: ClassVar[int] = 0  # header blocks hpack decoded on closed connections (the rest: cache hits)
 
     def __init__(self, methods: dict[bytes, rpc.Method], live: set[OwnConnection]) -> None:
         self._methods = methods
@@ -178,21 +176,22 @@ class OwnConnection(asyncio.Protocol):
         """(method, error) of a request header block, from the cache when that is sound.
 
         Decoding a block depends on the connection's HPACK dynamic table, and may change it (literals "with
-        incremental indexing", dynamic table size updates). A block's decoded headers can be replayed from a
-        cache keyed by its raw bytes only (1) while the table is exactly as it was when the block was decoded and
-        (2) if decoding it changed nothing in the table: the same bytes then decode to the same headers and leave
-        the same state, so skipping the decode is invisible. Hence a block whose decode moved the table
-        (generation changed) is never cached, and every table change empties the cache (an indexed reference
-        such as 0xbe names a different entry once an entry was added before it). grpc core clients index their
-        headers on a connection's first call and then send the very same bytes for each call to that method, so
-        every call after the first is a cache hit. Blocks with per-call values (a grpc-timeout) miss and
-        decode normally."""
+        incremental indexing" add entries, a dynamic table size update may evict some). A block's decoded headers
+        can be replayed from a cache keyed by its raw bytes only (1) while the table is exactly as it was when the
+        block was decoded and (2) if decoding it changed nothing in the table: the same bytes then decode to the
+        same headers and leave the same state, so skipping the decode is invisible. Hence a block whose decode
+        moved the table (an entry added: the generation moved; or a new table size) is never cached, and every
+        such change empties the cache (an indexed reference such as 0xbe names another entry once an entry was
+        added before it); a size update to the current size changes nothing and may be skipped. grpc core clients
+        index their headers on a connection's first call and then send the very same bytes for each call to that
+        method, so every later call is a cache hit. Blocks with per-call values (a grpc-timeout) miss and decode
+        normally."""
         hit = self._cache.get(block)
         if hit is not None:
             return hit
         self.cache_misses += 1
         table = self._decoder.header_table
-        generation = table.generation  # type: ignore[attr-defined]
+        before = (table.generation, table.maxsize)  # type: ignore[attr-defined]
         headers = self._decoder.decode(block, raw=True)
         path, ctype = b"", b""
         for name, value in headers:
@@ -202,7 +201,7 @@ class OwnConnection(asyncio.Protocol):
                 ctype = value
         error = "" if ctype.startswith(b"application/grpc") else f"invalid content-type {ctype!r}"
         info = (self._methods.get(path), error)
-        if table.generation != generation:  # type: ignore[attr-defined]
+        if (table.generation, table.maxsize) != before:  # type: ignore[attr-defined]
             self._cache.clear()
         else:
             if len(self._cache) >= _HEADER_BLOCKS_CACHED:
