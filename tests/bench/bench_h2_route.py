@@ -3,7 +3,7 @@
 Servers (tests/bench/bench_cpu.py's kinds, started by its `start`, each pinned to CPU 0 with taskset):
 `echo` (grpc.aio, generic handler, as Trireme registers), `echo_registered` (grpc.aio, registered methods),
 `echo_native` (pygrpc-native), `echo_h2` (python-hyper's h2), `echo_own` (HTTP/2 framing of our own) and
-`echo_own_mypyc` (the same compiled with mypyc: build it first, see tests/bench/h2_echo_server.py); the last three
+`echo_own_mypyc` (the same compiled with mypyc; a default row when built, see tests/bench/h2_echo_server.py); the last three
 are tests/bench/h2_echo_server.py. All serve the same handlers and protobuf classes. perf_analyzer runs pinned
 to CPU 1 (`-i grpc`, 16 FP32 per request). Per round and concurrency the servers run in rotating order; each is
 measured by tests/bench/servers.py `windowed_load`: after 2 s, over --window seconds, requests/s as the server counts
@@ -32,7 +32,9 @@ from tests.bench.bench_cpu import ALL, MODELS, start, wait_ready  # noqa: E402
 from tests.bench.bench_grpc_transports import client  # noqa: E402
 from tests.bench.servers import free_port, stop, windowed_load  # noqa: E402
 
-DEFAULT = ["echo", "echo_registered", "echo_native", "echo_h2", "echo_own", "echo_own_mypyc"]
+DEFAULT = ["echo", "echo_registered", "echo_native", "echo_h2", "echo_own"]
+if list((ROOT / "tests" / "bench" / "h2echo").glob("own.*.so")):  # compiled: also that row
+    DEFAULT.append("echo_own_mypyc")
 
 
 def main() -> None:
