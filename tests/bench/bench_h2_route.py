@@ -3,11 +3,12 @@
 Servers (tests/bench/bench_cpu.py's kinds, started by its `start`, each pinned to CPU 0 with taskset):
 `echo` (grpc.aio, generic handler, as Trireme registers), `echo_registered` (grpc.aio, registered methods),
 `echo_native` (pygrpc-native), `echo_h2` (python-hyper's h2), `echo_own` (HTTP/2 framing of our own) and
-`echo_own_mypyc` (the same compiled with mypyc; a default row when built, see tests/bench/h2_echo_server.py); the last three
-are tests/bench/h2_echo_server.py. All serve the same handlers and protobuf classes. perf_analyzer runs pinned
-to CPU 1 (`-i grpc`, 16 FP32 per request). Per round and concurrency the servers run in rotating order; each is
-measured by tests/bench/servers.py `windowed_load`: after 2 s, over --window seconds, requests/s as the server counts
-them (the echoes count ModelInfer calls in ModelStatistics) and CPU µs per request of the server process from /proc.
+`echo_own_mypyc` (the same compiled with mypyc; a default row when built, see tests/bench/h2_echo_server.py);
+the last three are tests/bench/h2_echo_server.py. All serve the same handlers and protobuf classes.
+perf_analyzer runs pinned to CPU 1 (`-i grpc`, 16 FP32 per request). Per round and concurrency the servers run in
+rotating order; each is measured by tests/bench/servers.py `windowed_load`: after 2 s, over --window seconds,
+requests/s as the server counts them (the echoes count ModelInfer calls in ModelStatistics) and CPU µs per request
+of the server process from /proc.
 The instruction counts (the firm figure on a noisy machine) come from bench_cpu.py under callgrind:
 `bench_cpu.py --servers echo echo_registered echo_native echo_h2 echo_own echo_own_mypyc --no-cpu`.
 
