@@ -7,8 +7,9 @@ Servers (tests/bench/bench_cpu.py's kinds, started by its `start`, each pinned t
 the last three are tests/bench/h2_echo_server.py. All serve the same handlers and protobuf classes.
 perf_analyzer runs pinned to CPU 1 (`-i grpc`, 16 FP32 per request). Per round and concurrency the servers run in
 rotating order; each is measured by tests/bench/servers.py `windowed_load`: after 2 s, over --window seconds,
-requests/s as the server counts them (the echoes count ModelInfer calls in ModelStatistics) and CPU µs per request
-of the server process from /proc.
+requests/s as the server counts them (the echoes count ModelInfer calls in ModelStatistics), CPU µs per request
+of the server process and of perf_analyzer (the client's cost per request differs by server: see the table's use
+in docs/benchmarks.md) from /proc.
 The instruction counts (the firm figure on a noisy machine) come from bench_cpu.py under callgrind:
 `bench_cpu.py --servers echo echo_registered echo_native echo_h2 echo_own echo_own_mypyc --no-cpu`.
 
@@ -62,7 +63,8 @@ def main() -> None:
                     res = windowed_load(
                         ports[k], MODELS[k], procs[k].pid, [client(url, "grpc", c, False)], window_s=args.window
                     )
-                    got = {"ips": res["ips"], "cpu": res["core"] + res["children"], "busy": res["busy"]}
+                    got = {"ips": res["ips"], "cpu": res["core"] + res["children"], "client": res["clients"]}
+                    got["busy"] = res["busy"]
                     results.setdefault((k, c), []).append(got)
                     print(f"round {r} c={c} {k}: {got}", file=sys.stderr, flush=True)
     finally:
@@ -78,15 +80,19 @@ def report(
         return statistics.median(g[field] for g in got) if got else 0.0
 
     print(f"\nmedians of {n} rounds; each server pinned to CPU 0, perf_analyzer to CPU 1\n")
-    print("| server | c | infer/s | CPU µs/req (server process) | infer/s ÷ echo | CPU ÷ echo | machine busy CPUs |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| server | c | infer/s | CPU µs/req (server process) | perf_analyzer CPU µs/req | infer/s ÷ echo "
+        "| CPU ÷ echo | machine busy CPUs |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for c in concurrency:
         base_ips, base_cpu = med("echo", c, "ips"), med("echo", c, "cpu")
         for k in names:
             ips, cpu = med(k, c, "ips"), med(k, c, "cpu")
             r_ips = f"{ips / base_ips:.2f}" if base_ips else "-"
             r_cpu = f"{cpu / base_cpu:.2f}" if base_cpu else "-"
-            print(f"| {k} | {c} | {ips:,.0f} | {cpu:.0f} | {r_ips} | {r_cpu} | {med(k, c, 'busy'):.2f} |")
+            client, busy = med(k, c, "client"), med(k, c, "busy")
+            print(f"| {k} | {c} | {ips:,.0f} | {cpu:.0f} | {client:.0f} | {r_ips} | {r_cpu} | {busy:.2f} |")
 
 
 if __name__ == "__main__":
