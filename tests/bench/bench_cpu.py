@@ -11,9 +11,10 @@ Servers (each pinned to CPU 0 with taskset, the client pinned to CPU 1):
 - `triton`: real Triton 2.51 (Python backend), /proc CPU only unless --callgrind-triton;
 - `trireme_pure`: `trireme` with TRIREME_PURE_PYTHON=1 (the pure-Python build where the compiled one is built:
   `--servers trireme trireme_pure` compares the two builds; not in the default set);
-- `echo_native`, `echo_h2`, `echo_own`, `echo_own_mypyc` (not in the default set): the echo's handlers on
-  pygrpc-native (echo_server.py --transport native), on python-hyper's h2 and on HTTP/2 framing of our own, pure
-  or compiled with mypyc (tests/bench/h2_echo_server.py --variant h2|own|own_mypyc; issue 44 item 1).
+- `echo_native`, `echo_h2`, `echo_own`, `echo_own_mypyc`, `echo_own_coalesced` (not in the default set): the
+  echo's handlers on pygrpc-native (echo_server.py --transport native), on python-hyper's h2 and on HTTP/2 framing
+  of our own, pure or compiled with mypyc or with coalesced writes (tests/bench/h2_echo_server.py --variant;
+  issue 44 item 1).
 Model: the unbatched FP32 `[-1]` identity of tests/bench/models.py, 16 floats per request (--shape).
 Client: real perf_analyzer over gRPC (`--protocol http`: over HTTP, `-i http`, binary tensor data both ways; the
 echoes speak only gRPC and are left out then) sending exactly --requests requests (`--request-count`) at each
@@ -72,7 +73,7 @@ from tests.bench.servers import (  # noqa: E402
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 # the echo's kinds after the default set: pygrpc-native, and tests/bench/h2_echo_server.py's HTTP/2 variants
-EXTRA_ECHOES = ("echo_native", "echo_h2", "echo_own", "echo_own_mypyc")
+EXTRA_ECHOES = ("echo_native", "echo_h2", "echo_own", "echo_own_mypyc", "echo_own_coalesced")
 ALL = ("echo", "echo_registered", "trireme", "trireme_native", "in_process", "inline", "triton", "trireme_pure")
 ALL += EXTRA_ECHOES
 ECHOES = ("echo", "echo_registered", *EXTRA_ECHOES)
@@ -113,6 +114,7 @@ def start(kind: str, work: Path, port: int, prefix: list[str], shape: int = 16) 
             "echo_h2": ["--variant", "h2"],
             "echo_own": ["--variant", "own"],
             "echo_own_mypyc": ["--variant", "own_mypyc"],
+            "echo_own_coalesced": ["--variant", "own_coalesced"],
         }.get(kind, [])
         return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     grpc_port, http_port = port, 0

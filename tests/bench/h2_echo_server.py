@@ -7,6 +7,8 @@ Trireme-owned gRPC server, as Trireme did for HTTP/1.1 on httptools, beat grpc.a
 --variant own: our own framing with struct and slices, HPACK decoding by the `hpack` library with header blocks
   cached by their raw bytes, pre-encoded response headers and trailers (tests/bench/h2echo/own.py), pure Python
   (compiled modules beside the sources are not loaded).
+--variant own_coalesced: `own` writing the answers that finished in one loop iteration with one `write` (a
+  call_soon per batch) instead of one `write` each.
 --variant own_mypyc: the same modules compiled with mypyc, as Trireme compiles its HTTP/1.1 front end; build them
   first, in place: `.venv/bin/mypyc --ignore-missing-imports tests/bench/h2echo/own.py tests/bench/h2echo/rpc.py`
   (remove with `rm -r build tests/bench/h2echo/*.so *__mypyc.*.so`).
@@ -15,7 +17,7 @@ ModelStatistics (inference_count = ModelInfer calls answered) and ModelInfer, fo
 identity model of any name; perf_analyzer and tritonclient drive it. Bench-only: `pip install h2` (the `bench`
 extra); measured in docs/benchmarks.md ("Issue 44 item 1: own HTTP/2 route, measured").
 
-Usage: python tests/bench/h2_echo_server.py --port PORT --variant h2|own|own_mypyc
+Usage: python tests/bench/h2_echo_server.py --port PORT --variant h2|own|own_coalesced|own_mypyc
 SIGTERM or SIGINT: GOAWAY to every client, then exit once the calls in flight ended (at most 2 s).
 """
 
@@ -36,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.bench.echo_server import Echo  # noqa: E402
 
-VARIANTS = ("h2", "own", "own_mypyc")
+VARIANTS = ("h2", "own", "own_mypyc", "own_coalesced")
 PACKAGE = "tests.bench.h2echo"
 
 
@@ -65,6 +67,7 @@ def protocol_of(variant: str) -> Any:
         pure = [m.__name__ for m in (own, rpc) if not m.__file__ or m.__file__.endswith(".py")]
         if pure:
             sys.exit(f"--variant own_mypyc: {', '.join(pure)} not compiled (build command in this script's docstring)")
+    own.OwnConnection.coalesce = variant == "own_coalesced"
     return lib.LibConnection if variant == "h2" else own.OwnConnection
 
 

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.benchmark
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["h2", "own", "own_mypyc"])
+@pytest.fixture(params=["h2", "own", "own_coalesced", "own_mypyc"])
 def echo(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes], Path]]:
     if request.param == "own_mypyc" and not list((ROOT / "tests" / "bench" / "h2echo").glob("own.*.so")):
         pytest.skip("own_mypyc: the modules are not compiled (see tests/bench/h2_echo_server.py)")

@@ -82,6 +82,7 @@ class OwnConnection(asyncio.Protocol):
     """One client connection; every method runs on the event loop."""
 
     cache_misses_total: ClassVar[int] = 0  # header blocks hpack decoded on closed connections (the rest: cache hits)
+    coalesce: ClassVar[bool] = False  # variant own_coalesced: answers written once per loop iteration, not each
 
     def __init__(self, methods: dict[bytes, rpc.Method], live: set[OwnConnection]) -> None:
         self._methods = methods
@@ -101,6 +102,7 @@ class OwnConnection(asyncio.Protocol):
         self._conn_recv = 0  # DATA bytes since our last connection WINDOW_UPDATE
         self._blocked: list[int] = []
         self._closing = False
+        self._pending: list[bytes] = []  # answers waiting for _flush (coalesce)
         self._t: Any = None
 
     # ---- asyncio.Protocol ------------------------------------------------------------------------------------
@@ -285,11 +287,17 @@ class OwnConnection(asyncio.Protocol):
             st.send_window -= n
             self._conn_send -= n
             del self._streams[sid]
-            self._t.write(
+            answer = (
                 frame(HEADERS, END_HEADERS, sid, rpc.RESPONSE_HEADERS)
                 + frame(DATA, 0, sid, body)
                 + frame(HEADERS, END_HEADERS | END_STREAM, sid, rpc.OK_TRAILERS)
             )
+            if self.coalesce:  # one write for the answers finished in the same loop iteration
+                self._pending.append(answer)
+                if len(self._pending) == 1:
+                    asyncio.get_running_loop().call_soon(self._flush)
+            else:
+                self._t.write(answer)
             self._after_stream()
             return
         self._t.write(frame(HEADERS, END_HEADERS, sid, rpc.RESPONSE_HEADERS))
@@ -318,8 +326,14 @@ class OwnConnection(asyncio.Protocol):
             if st is not None and st.out:
                 self._push(sid, st)
 
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if pending and self._t is not None and not self._t.is_closing():
+            self._t.write(b"".join(pending))
+
     def _after_stream(self) -> None:
         if self._closing and not self._streams:
+            self._flush()
             self._t.close()
 
     # ---- control frames --------------------------------------------------------------------------------------
