@@ -10,7 +10,11 @@ Servers (each pinned to CPU 0 with taskset, the client pinned to CPU 1):
 - `in_process`, `inline`: Trireme with the in-process instance modes (TRIREME_INSTANCE_MODE);
 - `triton`: real Triton 2.51 (Python backend), /proc CPU only unless --callgrind-triton;
 - `trireme_pure`: `trireme` with TRIREME_PURE_PYTHON=1 (the pure-Python build where the compiled one is built:
-  `--servers trireme trireme_pure` compares the two builds; not in the default set).
+  `--servers trireme trireme_pure` compares the two builds; not in the default set);
+- `echo_native`, `echo_h2`, `echo_own`, `echo_own_mypyc`, `echo_own_coalesced` (not in the default set): the
+  echo's handlers on pygrpc-native (echo_server.py --transport native), on python-hyper's h2 and on HTTP/2 framing
+  of our own, pure or compiled with mypyc or with coalesced writes (tests/bench/h2_echo_server.py --variant;
+  issue 44 item 1).
 Model: the unbatched FP32 `[-1]` identity of tests/bench/models.py, 16 floats per request (--shape).
 Client: real perf_analyzer over gRPC (`--protocol http`: over HTTP, `-i http`, binary tensor data both ways; the
 echoes speak only gRPC and are left out then) sending exactly --requests requests (`--request-count`) at each
@@ -68,11 +72,13 @@ from tests.bench.servers import (  # noqa: E402
 )
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
+# the echo's kinds after the default set: pygrpc-native, and tests/bench/h2_echo_server.py's HTTP/2 variants
+EXTRA_ECHOES = ("echo_native", "echo_h2", "echo_own", "echo_own_mypyc", "echo_own_coalesced")
 ALL = ("echo", "echo_registered", "trireme", "trireme_native", "in_process", "inline", "triton", "trireme_pure")
-ECHOES = ("echo", "echo_registered")
+ALL += EXTRA_ECHOES
+ECHOES = ("echo", "echo_registered", *EXTRA_ECHOES)
 MODELS = {
-    "echo": MODEL,
-    "echo_registered": MODEL,
+    **dict.fromkeys(ECHOES, MODEL),
     "trireme": MODEL,
     "trireme_native": MODEL,
     "trireme_pure": MODEL,
@@ -100,8 +106,16 @@ def start(kind: str, work: Path, port: int, prefix: list[str], shape: int = 16) 
         write_identity(repo, MODELS[kind], in_process=mode)
     log = work / f"{kind}_{port}.log"
     if kind in ECHOES:
-        cmd = [*prefix, sys.executable, str(ROOT / "tests" / "bench" / "echo_server.py"), "--port", str(port)]
-        cmd += ["--registered"] if kind == "echo_registered" else []
+        script = "h2_echo_server.py" if kind.startswith(("echo_h2", "echo_own")) else "echo_server.py"
+        cmd = [*prefix, sys.executable, str(ROOT / "tests" / "bench" / script), "--port", str(port)]
+        cmd += {
+            "echo_registered": ["--registered"],
+            "echo_native": ["--transport", "native"],
+            "echo_h2": ["--variant", "h2"],
+            "echo_own": ["--variant", "own"],
+            "echo_own_mypyc": ["--variant", "own_mypyc"],
+            "echo_own_coalesced": ["--variant", "own_coalesced"],
+        }.get(kind, [])
         return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     grpc_port, http_port = port, 0
     if PROTOCOL[0] == "http":
@@ -149,8 +163,8 @@ def pa(port: int, model: str, concurrency: int, requests: int, shape: int = 16, 
 
 
 def served(kind: str, port: int) -> int:
-    """Requests the server has counted (the echo counts nothing: 0)."""
-    return 0 if kind in ECHOES else inference_counts(GRPC_PORTS.get(port, port), MODELS[kind])[0]
+    """Requests the server has counted (the echoes count ModelInfer calls too)."""
+    return inference_counts(GRPC_PORTS.get(port, port), MODELS[kind])[0]
 
 
 def cpu_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], list[dict[str, float]]]:
@@ -172,7 +186,7 @@ def cpu_phase(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], lis
                     pid, n0, before = procs[k].pid, served(k, ports[k]), tree_usage(procs[k].pid)
                     ips = pa(ports[k], MODELS[k], c, args.requests, args.shape)
                     after, n1 = tree_usage(pid), served(k, ports[k])
-                    if k not in ECHOES and n1 - n0 != args.requests:
+                    if n1 - n0 != args.requests:
                         print(f"note: {k} counted {n1 - n0} requests for {args.requests} sent", file=sys.stderr)
                     usage = usage_per_request(before, after, args.requests, pid)
                     row = {
@@ -260,7 +274,7 @@ def keep_dumps(work: Path, dest: Path) -> None:
 def main() -> None:
     """Run the phases and print the tables."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--servers", nargs="+", default=list(ALL[:-1]), choices=ALL)
+    ap.add_argument("--servers", nargs="+", default=list(ALL[: ALL.index("trireme_pure")]), choices=ALL)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--requests", type=int, default=5000, help="requests per /proc measurement")
     ap.add_argument("--cg-requests", type=int, default=1000, help="requests per callgrind measurement")

@@ -10,7 +10,13 @@ Methods are registered the way Trireme's front end registers them (a generic han
 registers them as grpc "registered methods", as the generated add_*_to_server function does (the floor before
 Trireme dropped that: ~115k instructions more per call, see docs/benchmarks.md).
 
-Usage: python tests/bench/echo_server.py --port PORT [--registered]
+--transport native serves the same handlers on pygrpc-native's aio server (HTTP/2 and gRPC framing in Rust; the
+methods registered as registered methods, which is how it serves them in Rust, as Trireme's `--grpc-transport
+native` does). ModelStatistics reports the ModelInfer calls answered (inference_count), so that benches can count
+requests the way they count Trireme's. tests/bench/h2_echo_server.py serves the same handlers on HTTP/2 stacks of
+its own.
+
+Usage: python tests/bench/echo_server.py --port PORT [--registered] [--transport grpcio|native]
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ OPTIONS = [
 class Echo(pb_grpc.GRPCInferenceServiceServicer):
     """The identity model's RPCs, answered directly on the event loop."""
 
+    count = 0  # ModelInfer calls answered
+
     async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
 
@@ -66,7 +74,7 @@ class Echo(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelStatistics(self, request: Any, context: Any) -> pb.ModelStatisticsResponse:
         msg = pb.ModelStatisticsResponse()
-        msg.model_stats.add(name=request.name, version="1")
+        msg.model_stats.add(name=request.name, version="1", inference_count=self.count, execution_count=self.count)
         return msg
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
@@ -74,6 +82,7 @@ class Echo(pb_grpc.GRPCInferenceServiceServicer):
         t = request.inputs[0]
         msg.outputs.add(name="OUTPUT0", datatype=t.datatype, shape=t.shape)
         msg.raw_output_contents.append(request.raw_input_contents[0])
+        self.count += 1
         return msg
 
 
@@ -81,21 +90,31 @@ class _Captured:
     """Stands in for the server while the generated add_*_to_server function registers the servicer."""
 
     generic: Any = ()
+    registered: tuple[str, Any] = ("", {})
 
     def add_generic_rpc_handlers(self, handlers: Any) -> None:
         self.generic = handlers
 
     def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
-        pass
+        self.registered = (service, handlers)
 
 
-async def serve(port: int, registered: bool) -> None:
+async def serve(port: int, registered: bool, transport: str = "grpcio") -> None:
     """Serve until killed; `registered`: also as grpc "registered methods" (what the generated code does;
-    Trireme's front end registers only the generic handler, see service/frontend/grpc/transport.add_service)."""
-    server = grpc.aio.server(options=OPTIONS)
-    if registered:
+    Trireme's front end registers only the generic handler, see service/frontend/grpc/transport.add_service).
+    transport "native": pygrpc-native's server, registered methods only."""
+    if transport == "native":
+        import pygrpc_native.aio  # not `from pygrpc_native import aio` (0.5.0's lazy __getattr__ recurses)
+
+        server = pygrpc_native.aio.server(options=OPTIONS)
+        captured = _Captured()
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), captured)
+        server.add_registered_method_handlers(*captured.registered)
+    elif registered:
+        server = grpc.aio.server(options=OPTIONS)
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), server)
     else:
+        server = grpc.aio.server(options=OPTIONS)
         captured = _Captured()
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), captured)
         server.add_generic_rpc_handlers(captured.generic)
@@ -110,8 +129,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--registered", action="store_true", help="also register the methods as registered methods")
+    ap.add_argument("--transport", choices=("grpcio", "native"), default="grpcio")
     args = ap.parse_args()
-    uvloop.run(serve(args.port, args.registered))
+    uvloop.run(serve(args.port, args.registered, args.transport))
 
 
 if __name__ == "__main__":
