@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import ROOT, ServerProcess, write_model
 from tests.integration.models import python_config
 
+pytestmark = pytest.mark.single_pass
+
 if importlib.util.find_spec("torch") is None or not (ROOT / "service" / "worker" / "backends" / "pytorch.py").exists():
     pytest.skip("needs torch and the pytorch backend (service/worker/backends/pytorch.py)", allow_module_level=True)
 
@@ -82,8 +84,6 @@ class TritonPythonModel:
 
 POST_PY = """
 import triton_python_backend_utils as pb_utils
-
-pytestmark = pytest.mark.single_pass
 
 class TritonPythonModel:
     def execute(self, requests):
