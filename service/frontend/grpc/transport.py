@@ -16,6 +16,7 @@ import grpc
 
 GRPCIO = "grpcio"
 NATIVE = "native"
+H2 = "h2"
 
 
 def make_server(transport: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.Server:
@@ -26,6 +27,10 @@ def make_server(transport: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.
         import pygrpc_native.aio
 
         return pygrpc_native.aio.server(options=list(options))
+    if transport == H2:  # Trireme's own HTTP/2 server (h2/), a grpc.aio.Server look-alike
+        from service.frontend.grpc.h2.server import H2Server
+
+        return H2Server(options)  # type: ignore[return-value]
     return grpc.aio.server(options=list(options))
 
 
@@ -39,8 +44,10 @@ def add_service(server: grpc.aio.Server, transport: str, service: str, handlers:
     cost (docs/benchmarks.md). Clients see the same methods either way.
 
     native: as registered methods. pygrpc-native serves only registered unary methods in Rust; a generic
-    handler would send every call through its grpc.aio fallback server behind the Rust front (no gain)."""
-    if transport == NATIVE:
+    handler would send every call through its grpc.aio fallback server behind the Rust front (no gain).
+
+    h2: either way; registered methods are one dict lookup by :path."""
+    if transport in (NATIVE, H2):  # h2: looked up by path in one dict
         server.add_registered_method_handlers(service, handlers)
     else:
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
