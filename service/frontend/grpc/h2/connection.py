@@ -240,6 +240,7 @@ class H2Connection(asyncio.Protocol):
         if ctx.headers_sent or self._t is None or self._t.is_closing():
             return
         ctx.headers_sent = True
+        ctx.wire_encoding = ctx.compression
         block = f.response_headers(ctx.compression or "identity") + f.metadata_block(ctx.initial)
         self._t.write(f.frame(f.HEADERS, f.END_HEADERS, ctx.sid, block))
         self.keepalive.sent()
@@ -253,8 +254,8 @@ class H2Connection(asyncio.Protocol):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"Sent message larger than max ({len(message)} vs. {self.server.max_send})",
             )
-        data = encode_message(message, ctx.compression)
         self.send_headers(ctx)
+        data = encode_message(message, ctx.wire_encoding)
         view = memoryview(data)
         while view:
             n = min(len(view), self._peer_max_frame, st.send_window, self._conn_send)

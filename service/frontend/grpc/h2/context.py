@@ -52,6 +52,7 @@ class H2Context:
         self.finished = False
         self.is_cancelled = False
         self.compression = ""  # per-call response compression (set_compression)
+        self.wire_encoding = ""  # the grpc-encoding its response headers announced
         self._callbacks: list[Callable[[Any], None]] = []
 
     # ---- inbound, fed by the connection ----------------------------------------------------------------------

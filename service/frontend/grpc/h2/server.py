@@ -96,7 +96,9 @@ class H2Server:
         """--grpc-infer-response-compression-level: the algorithm for responses when the client accepts it."""
         if not self.compression_level:
             return ""
-        for name in ("gzip", "deflate"):
+        # grpc core's choice among what the client accepts: gzip for low, deflate for medium and high
+        order = ("gzip", "deflate") if self.compression_level == 1 else ("deflate", "gzip")
+        for name in order:
             if name in accepted:
                 return name
         return ""
