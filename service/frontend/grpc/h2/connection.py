@@ -242,7 +242,7 @@ class H2Connection(asyncio.Protocol):
         ctx.headers_sent = True
         ctx.wire_encoding = ctx.compression
         block = f.response_headers(ctx.compression or "identity") + f.metadata_block(ctx.initial)
-        self._t.write(f.frame(f.HEADERS, f.END_HEADERS, ctx.sid, block))
+        self._t.write(f.headers_frames(ctx.sid, 0, block, self._peer_max_frame))
         self.keepalive.sent()
 
     async def send_message(self, ctx: H2Context, message: bytes) -> None:
@@ -294,7 +294,7 @@ class H2Connection(asyncio.Protocol):
             block += f.metadata_block(ctx.trailing)
             if not ctx.headers_sent:
                 block = f.response_headers("identity") + f.metadata_block(ctx.initial) + block
-            self._t.write(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, ctx.sid, block))
+            self._t.write(f.headers_frames(ctx.sid, f.END_STREAM, block, self._peer_max_frame))
             if not ctx.half_closed:  # the client may still be sending: it need not
                 self._t.write(f.frame(f.RST_STREAM, 0, ctx.sid, f.U32.pack(f.NO_ERROR)))
         ctx.finish(cancelled=False)

@@ -28,6 +28,17 @@ def frame(ftype: int, flags: int, sid: int, payload: bytes | bytearray | memoryv
     return _HEAD.pack(n >> 8, n & 0xFF, ftype, flags, sid) + payload
 
 
+def headers_frames(sid: int, flags: int, block: bytes, max_frame: int) -> bytes:
+    """A header block as HEADERS (+ CONTINUATION frames when it exceeds the peer's SETTINGS_MAX_FRAME_SIZE)."""
+    if len(block) <= max_frame:
+        return frame(HEADERS, flags | END_HEADERS, sid, block)
+    parts = [block[i : i + max_frame] for i in range(0, len(block), max_frame)]
+    out = [frame(HEADERS, flags & END_STREAM, sid, parts[0])]
+    out += [frame(CONTINUATION, 0, sid, p) for p in parts[1:-1]]
+    out.append(frame(CONTINUATION, END_HEADERS, sid, parts[-1]))
+    return b"".join(out)
+
+
 # ---- HPACK encoding: literals "without indexing" only, so a block means the same on every connection ----------
 def hpack_int(value: int, bits: int, first: int) -> bytes:
     """An HPACK integer with an N-bit prefix (RFC 7541 section 5.1)."""
