@@ -151,7 +151,6 @@ class H2Connection(asyncio.Protocol):
         if self._closing:  # after our GOAWAY: refuse new calls
             self._t.write(f.frame(f.RST_STREAM, 0, sid, f.U32.pack(f.REFUSED_STREAM)))
             return
-        self.keepalive.activity()
         self._start(sid, head, bool(flags & f.END_STREAM))
 
     def _start(self, sid: int, head: RequestHead, ended: bool) -> None:
@@ -179,6 +178,8 @@ class H2Connection(asyncio.Protocol):
         if head.encoding_error:
             self.send_trailers(ctx, grpc.StatusCode.UNIMPLEMENTED.value[0], head.encoding_error)
             return
+        if not handler.response_streaming:
+            ctx.cork = bytearray()
         if ended:
             ctx.end_input()
         ctx.task = asyncio.get_running_loop().create_task(run_call(ctx, handler))
@@ -212,7 +213,6 @@ class H2Connection(asyncio.Protocol):
         if st.uncredited > STREAM_WINDOW:
             self._reset(st, f.FLOW_CONTROL_ERROR)
             return
-        self.keepalive.activity()
         body = buf[start + 1 : pos - buf[start]] if flags & f.PADDED else buf[start:pos]
         st.inbound.feed(body)
         if flags & f.END_STREAM:
@@ -242,7 +242,7 @@ class H2Connection(asyncio.Protocol):
         ctx.headers_sent = True
         ctx.wire_encoding = ctx.compression
         block = f.response_headers(ctx.compression or "identity") + f.metadata_block(ctx.initial)
-        self._t.write(f.headers_frames(ctx.sid, 0, block, self._peer_max_frame))
+        self._emit(ctx, f.headers_frames(ctx.sid, 0, block, self._peer_max_frame))
         self.keepalive.sent()
 
     async def send_message(self, ctx: H2Context, message: bytes) -> None:
@@ -260,15 +260,32 @@ class H2Connection(asyncio.Protocol):
         while view:
             n = min(len(view), self._peer_max_frame, st.send_window, self._conn_send)
             if n <= 0:
+                self._flush(ctx)
                 await self._wait_window(st)
                 if self._streams.get(ctx.sid) is not st:
                     raise ConnectionResetError("the call was reset or its connection closed")
                 continue
-            self._t.write(f.frame(f.DATA, 0, ctx.sid, view[:n]))
+            self._emit(ctx, f.frame(f.DATA, 0, ctx.sid, view[:n]))
             view = view[n:]
             st.send_window -= n
             self._conn_send -= n
         self.keepalive.sent()
+
+    def _emit(self, ctx: H2Context, data: bytes) -> None:
+        """Frames of a unary response are gathered and go out in one write with its trailers; big ones at once."""
+        cork = ctx.cork
+        if cork is None:
+            self._t.write(data)
+        elif len(data) <= 16393:
+            cork += data
+        else:
+            self._flush(ctx)
+            self._t.write(data)
+
+    def _flush(self, ctx: H2Context) -> None:
+        if ctx.cork:
+            self._t.write(bytes(ctx.cork))
+            ctx.cork = bytearray()
 
     async def _wait_window(self, st: _Stream) -> None:
         st.waiter = asyncio.get_running_loop().create_future()
@@ -294,7 +311,9 @@ class H2Connection(asyncio.Protocol):
             block += f.metadata_block(ctx.trailing)
             if not ctx.headers_sent:
                 block = f.response_headers("identity") + f.metadata_block(ctx.initial) + block
-            self._t.write(f.headers_frames(ctx.sid, f.END_STREAM, block, self._peer_max_frame))
+            trailers = f.headers_frames(ctx.sid, f.END_STREAM, block, self._peer_max_frame)
+            self._t.write(bytes(ctx.cork) + trailers if ctx.cork else trailers)
+            ctx.cork = None
             if not ctx.half_closed:  # the client may still be sending: it need not
                 self._t.write(f.frame(f.RST_STREAM, 0, ctx.sid, f.U32.pack(f.NO_ERROR)))
         ctx.finish(cancelled=False)

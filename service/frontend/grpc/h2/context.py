@@ -38,7 +38,8 @@ class H2Context:
         self.deserialize = deserialize
         self.serialize = serialize
         self.inbox: deque[bytes] = deque()  # complete request messages (decompressed), not yet read
-        self.arrived = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None  # a read() waiting for input
+        self.cork: bytearray | None = None  # unary responses: frames gathered for one write (connection.py)
         self.half_closed = False  # END_STREAM from the client
         self.failed: tuple[grpc.StatusCode, str] | None = (
             None  # an inbound error (size, compression) to end the call with
@@ -58,15 +59,19 @@ class H2Context:
     # ---- inbound, fed by the connection ----------------------------------------------------------------------
     def push(self, message: bytes) -> None:
         self.inbox.append(message)
-        self.arrived.set()
+        self._wake()
 
     def end_input(self) -> None:
         self.half_closed = True
-        self.arrived.set()
+        self._wake()
 
     def fail_input(self, code: grpc.StatusCode, message: str) -> None:
         self.failed = (code, message)
-        self.arrived.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def finish(self, cancelled: bool) -> None:
         """The call is over (answered, reset by the client or the connection lost): run the done callbacks."""
@@ -90,8 +95,11 @@ class H2Context:
                 await self.abort(*self.failed)
             if self.half_closed:
                 return EOF_MESSAGE
-            self.arrived.clear()
-            await self.arrived.wait()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
     async def write(self, message: Any) -> None:
         data = message if isinstance(message, bytes) else self.serialize(message)  # type: ignore[misc]

@@ -86,9 +86,6 @@ class Keepalive:
         self._strikes = 0
         self._pings_sent = 0
 
-    def activity(self) -> None:
-        pass  # the server's pings run on a fixed period, as grpc core's keepalive timer
-
     # ---- connection age --------------------------------------------------------------------------------------
     def _aged(self) -> None:
         self.conn.shutdown()
