@@ -16,6 +16,7 @@ from service.frontend.grpc.h2.context import H2Context
 from service.frontend.grpc.h2.headers import HeaderDecoder, RequestHead
 from service.frontend.grpc.h2.keepalive import Keepalive
 from service.frontend.grpc.h2.messages import Inbound, encode_message
+from service.frontend.grpc.h2.peer import peer_identities, peer_name
 from service.frontend.grpc.h2.roles import Host
 from service.frontend.grpc.h2.runner import run_call
 
@@ -57,10 +58,7 @@ class H2Connection(asyncio.Protocol):
     # ---- asyncio.Protocol ------------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         self._t = transport
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            host = str(peer[0])
-            self.peer = f"ipv6:[{host}]:{peer[1]}" if ":" in host else f"ipv4:{host}:{peer[1]}"
+        self.peer = peer_name(transport)
         self.server.connections.add(self)
         settings = f.SETTING.pack(f.S_INITIAL_WINDOW, STREAM_WINDOW) + f.SETTING.pack(f.S_ENABLE_PUSH, 0)
         transport.write(
@@ -77,11 +75,7 @@ class H2Connection(asyncio.Protocol):
         self.server.connection_closed()
 
     def peer_identities(self) -> list[bytes] | None:
-        cert = self._t.get_extra_info("peercert") if self._t is not None else None
-        if not cert:
-            return None
-        names = [v for rdn in cert.get("subject", ()) for k, v in rdn if k == "commonName"]
-        return [n.encode() for n in names] or None
+        return peer_identities(self._t)
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf
@@ -241,7 +235,9 @@ class H2Connection(asyncio.Protocol):
             return
         ctx.headers_sent = True
         ctx.wire_encoding = ctx.compression
-        block = f.response_headers(ctx.compression or "identity") + f.metadata_block(ctx.initial)
+        block = f.HEADERS_BY_ENCODING[ctx.compression or "identity"]
+        if ctx.initial:
+            block += f.metadata_block(ctx.initial)
         self._emit(ctx, f.headers_frames(ctx.sid, 0, block, self._peer_max_frame))
         self.keepalive.sent()
 
@@ -308,9 +304,10 @@ class H2Connection(asyncio.Protocol):
             st.deadline_timer.cancel()
         if self._t is not None and not self._t.is_closing():
             block = f.OK_TRAILERS if code == 0 else f.status_block(code, message)
-            block += f.metadata_block(ctx.trailing)
+            if ctx.trailing:
+                block += f.metadata_block(ctx.trailing)
             if not ctx.headers_sent:
-                block = f.response_headers("identity") + f.metadata_block(ctx.initial) + block
+                block = f.RESPONSE_HEADERS + f.metadata_block(ctx.initial) + block
             trailers = f.headers_frames(ctx.sid, f.END_STREAM, block, self._peer_max_frame)
             self._t.write(bytes(ctx.cork) + trailers if ctx.cork else trailers)
             ctx.cork = None

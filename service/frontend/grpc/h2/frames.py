@@ -71,6 +71,7 @@ def response_headers(encoding: str) -> bytes:
 
 
 RESPONSE_HEADERS = response_headers("identity")
+HEADERS_BY_ENCODING = {e: response_headers(e) for e in ("identity", "gzip", "deflate")}
 OK_TRAILERS = literal(b"grpc-status", b"0")
 
 
