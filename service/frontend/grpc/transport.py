@@ -1,11 +1,13 @@
-"""The gRPC transport under the servicers (--grpc-transport, docs/grpc.md): grpcio's grpc.aio server, or
-pygrpc-native's grpcio-compatible aio server, whose HTTP/2 and gRPC framing run in Rust outside the GIL.
+"""The gRPC transport under the servicers (--grpc-transport, docs/grpc.md): grpcio's grpc.aio server,
+pygrpc-native's grpcio-compatible aio server, whose HTTP/2 and gRPC framing run in Rust outside the GIL, or
+Trireme's own HTTP/2 server (h2/, a grpc.aio.Server look-alike with a ServicerContext of its own).
 
-The servicers, handlers and their checks are the same on both; what differs is how handlers are registered
+The servicers, handlers and their checks are the same on all three; what differs is how handlers are registered
 and what the transport can do. pygrpc-native serves unary methods natively and hands the bidirectional
 ModelStreamInfer to a grpc.aio server of its own behind a Unix socket (same handlers, no speed gain); it has no
 TLS, cannot close connections by age and accepts but does not enforce the limits on client pings, so those flags
-are refused when the server starts (config/access.py check_grpc_transport) rather than silently dropped."""
+are refused when the server starts (config/access.py check_grpc_transport) rather than silently dropped.
+h2 serves every flag grpcio does (TLS through Python's ssl)."""
 
 from __future__ import annotations
 
