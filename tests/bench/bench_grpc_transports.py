@@ -1,12 +1,13 @@
 """gRPC transports side by side: Trireme on grpcio, pygrpc-native and its own h2 (--grpc-transport), over HTTP, and
 real Triton 2.51 over gRPC and HTTP, at each concurrency.
 
-Four server processes, each pinned to CPU 0 with taskset (workers and Triton's Python stub inherit it): Trireme
-with the default transport (its gRPC and HTTP ports both measured), Trireme with `--grpc-transport native`, with
-`--grpc-transport h2`, and Triton. perf_analyzer runs pinned to CPU 1 (`-i grpc`, or `-i http` for the HTTP
-rows; `--streaming` adds the ModelStreamInfer rows: on native they go through pygrpc-native's grpc.aio fallback).
-Per round and concurrency the rows run in rotating order; each is measured by tests/bench/servers.py
-`windowed_load`: after 2 s, over --window seconds, requests/s as the server counts them and CPU µs per request of the whole process tree from /proc.
+Four server processes, each pinned to CPU 0 with taskset (workers and Triton's Python stub inherit it): Trireme with
+the default transport (its gRPC and HTTP ports both measured), Trireme with `--grpc-transport native`, with `--grpc-
+transport h2`, and Triton. perf_analyzer runs pinned to CPU 1 (`-i grpc`, or `-i http` for the HTTP rows;
+`--streaming` adds the ModelStreamInfer rows: on native they go through pygrpc-native's grpc.aio fallback). Per
+round and concurrency the rows run in rotating order; each is measured by tests/bench/servers.py `windowed_load`:
+after 2 s, over --window seconds, requests/s as the server counts them and CPU µs per request of the whole process
+tree from /proc.
 
 Model: the unbatched FP32 [-1] identity of tests/bench/models.py, 16 floats per request, one worker-process
 instance. Usage: .venv/bin/python tests/bench/bench_grpc_transports.py [--rounds 3] [--window 6]
