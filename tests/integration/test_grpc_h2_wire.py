@@ -126,3 +126,27 @@ def test_too_many_pings(wire: Wire) -> None:
         wire.send(_frame(PING, 0, 0, bytes(7) + bytes((k,))))
     code, debug = wire.goaway()
     assert code == 11 and b"too_many_pings" in debug  # ENHANCE_YOUR_CALM
+
+
+def test_unanswered_keepalive_closes(start_server) -> None:  # type: ignore[no-untyped-def]
+    """h2 only: --grpc-keepalive-time/-timeout with pings permitted without calls: a client that never answers the
+    server's PINGs is disconnected after the timeout; the server keeps serving new connections. (grpcio sends the
+    ping on time but, measured, keeps such a connection open past 30 s: grpc core closes it on its own, longer,
+    ping timeout.)"""
+    args = ["--grpc-transport", "h2", "--grpc-keepalive-time=300", "--grpc-keepalive-timeout=300"]
+    server = start_server(args=[*args, "--grpc-keepalive-permit-without-calls=true"])
+    w = Wire(server.port)
+    try:
+        pinged = False
+        while (f := w.next_frame()) is not None:  # read only: PINGs are never answered
+            pinged = pinged or (f[0] == PING and not f[1] & ACK)
+        assert pinged  # the connection ended after the server's unanswered ping
+    finally:
+        w.close()
+    again = Wire(server.port)
+    try:
+        again.request(1, "/inference.GRPCInferenceService/ServerLive")
+        again.send(_frame(DATA, END_STREAM, 1, struct.pack(">BI", 0, 0)))
+        assert again.trailers(1)["grpc-status"] == "0"
+    finally:
+        again.close()
