@@ -20,7 +20,6 @@ hpack = pytest.importorskip("hpack", reason="hpack is not installed (trireme[grp
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0, 1, 3, 4, 6, 7, 8
 END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
@@ -95,8 +94,9 @@ def wire(server: ServerProcess) -> Iterator[Wire]:
     w.close()
 
 
-def test_over_limit_refused_from_the_prefix(wire: Wire) -> None:
-    wire.request(1, INFER)
+@pytest.mark.parametrize("rpc", ["ModelInfer", "ModelStreamInfer"])
+def test_over_limit_refused_from_the_prefix(wire: Wire, rpc: str) -> None:
+    wire.request(1, f"/inference.GRPCInferenceService/{rpc}")
     wire.send(_frame(DATA, 0, 1, struct.pack(">BI", 0, 3 << 30)))  # announces 3 GiB, sends none of it
     trailers = wire.trailers(1)
     assert trailers["grpc-status"] == "8"  # RESOURCE_EXHAUSTED

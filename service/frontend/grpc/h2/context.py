@@ -66,8 +66,13 @@ class H2Context:
         self._wake()
 
     def fail_input(self, code: grpc.StatusCode, message: str) -> None:
+        """A request message the call cannot take (over the size limit, undecodable): as grpc core, the call ends
+        with that status at once and its handler is cancelled, whether or not it is reading."""
         self.failed = (code, message)
         self._wake()
+        self.conn.send_trailers(self, code.value[0], message)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
