@@ -22,6 +22,7 @@ from service.frontend.grpc.h2.runner import run_call
 
 STREAM_WINDOW = 1 << 20  # what a request stream may send before its handler reads (announced in SETTINGS)
 CONN_WINDOW = 16 << 20  # the same for the whole connection (credited as received)
+_CORK_BYTES = 64 << 10  # a unary response up to this size leaves in one write with its trailers
 
 
 class _Stream:
@@ -207,8 +208,9 @@ class H2Connection(asyncio.Protocol):
         if st.uncredited > STREAM_WINDOW:
             self._reset(st, f.FLOW_CONTROL_ERROR)
             return
-        body = buf[start + 1 : pos - buf[start]] if flags & f.PADDED else buf[start:pos]
-        st.inbound.feed(body)
+        view = memoryview(buf)  # no copy here: feed copies once (released before data_received resizes buf)
+        st.inbound.feed(view[start + 1 : pos - buf[start]] if flags & f.PADDED else view[start:pos])
+        del view
         if flags & f.END_STREAM:
             st.ctx.end_input()
         self._credit(st)
@@ -272,15 +274,16 @@ class H2Connection(asyncio.Protocol):
         cork = ctx.cork
         if cork is None:
             self._t.write(data)
-        elif len(data) <= 16393:
+        elif len(cork) + len(data) <= _CORK_BYTES:
             cork += data
-        else:
+        else:  # a large response: no gathering (it would copy it twice more)
             self._flush(ctx)
+            ctx.cork = None
             self._t.write(data)
 
     def _flush(self, ctx: H2Context) -> None:
         if ctx.cork:
-            self._t.write(bytes(ctx.cork))
+            self._t.write(ctx.cork)
             ctx.cork = bytearray()
 
     async def _wait_window(self, st: _Stream) -> None:
@@ -309,8 +312,12 @@ class H2Connection(asyncio.Protocol):
             if not ctx.headers_sent:
                 block = f.RESPONSE_HEADERS + f.metadata_block(ctx.initial) + block
             trailers = f.headers_frames(ctx.sid, f.END_STREAM, block, self._peer_max_frame)
-            self._t.write(bytes(ctx.cork) + trailers if ctx.cork else trailers)
-            ctx.cork = None
+            cork, ctx.cork = ctx.cork, None
+            if cork:
+                cork += trailers
+                self._t.write(cork)
+            else:
+                self._t.write(trailers)
             if not ctx.half_closed:  # the client may still be sending: it need not
                 self._t.write(f.frame(f.RST_STREAM, 0, ctx.sid, f.U32.pack(f.NO_ERROR)))
         ctx.finish(cancelled=False)

@@ -48,8 +48,12 @@ class Inbound:
             if len(buf) < 5 + self.need:
                 return
             flag = buf[0]
-            message = bytes(buf[5 : 5 + self.need])
-            del buf[: 5 + self.need]
+            if len(buf) == 5 + self.need:  # the usual case: the buffer holds exactly this message
+                message = bytes(memoryview(buf)[5:])
+                buf.clear()
+            else:
+                message = bytes(memoryview(buf)[5 : 5 + self.need])
+                del buf[: 5 + self.need]
             self.held += 5 + self.need
             self.need = -1
             if flag:
