@@ -35,6 +35,9 @@ step "pip: the envs extra (uv) and venv-pack, for the per-model Python environme
 step "pip: the grpc-native extra (pygrpc-native: --grpc-transport=native, docs/grpc.md)"
 .venv/bin/python -m pip install -q -e ".[grpc-native]" 2>/dev/null \
   || echo "note: pygrpc-native not installable here; the native gRPC transport tests are skipped"
+step "pip: the grpc-h2 extra (hpack: --grpc-transport=h2, docs/grpc.md)"
+.venv/bin/python -m pip install -q -e ".[grpc-h2]" 2>/dev/null \
+  || echo "note: hpack not installable here; the h2 gRPC transport tests are skipped"
 # real perf_analyzer + Triton 2.51 for the compatibility tests (tools/install-triton-tools.sh, into $TRIREME_TOOLS,
 # default ~/.cache/trireme/tools; those tests skip when the tools cannot be installed here).
 # TRIREME_SKIP_ANCHORS=1 skips the download.

@@ -82,7 +82,7 @@ class GrpcSettings:
     header_forward_pattern: str = ""  # --grpc-header-forward-pattern (config/groups/grpc_flags.py)
     infer_compression_level: str = "none"  # --grpc-infer-response-compression-level
     reuse_port: bool = False  # --reuse-grpc-port
-    transport: str = "grpcio"  # --grpc-transport: grpcio or native (frontend/grpc/transport.py)
+    transport: str = "grpcio"  # --grpc-transport: grpcio, native or h2 (frontend/grpc/transport.py)
 
 
 # help of the keepalive / connection flags (Triton's meaning; unset ones keep grpc's defaults, which are Triton's)

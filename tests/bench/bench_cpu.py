@@ -7,6 +7,7 @@ Servers (each pinned to CPU 0 with taskset, the client pinned to CPU 1):
   add_*_to_server function's way, and Trireme's until it dropped it): the floor as first measured;
 - `trireme`: Trireme with the default worker-process instance;
 - `trireme_native`: the same with `--grpc-transport native` (pygrpc-native; its Rust threads are counted too);
+- `trireme_h2`: the same with `--grpc-transport h2` (Trireme's own HTTP/2 gRPC server, service/frontend/grpc/h2);
 - `in_process`, `inline`: Trireme with the in-process instance modes (TRIREME_INSTANCE_MODE);
 - `triton`: real Triton 2.51 (Python backend), /proc CPU only unless --callgrind-triton;
 - `trireme_pure`: `trireme` with TRIREME_PURE_PYTHON=1 (the pure-Python build where the compiled one is built:
@@ -34,7 +35,8 @@ Two phases:
    pollers): it is small against the per-request cost and is not subtracted.
 
 Usage: .venv/bin/python tests/bench/bench_cpu.py [--requests 5000] [--cg-requests 1000] [--concurrency 1 8]
-       [--servers echo echo_registered trireme trireme_native in_process inline triton] [--rounds 3] [--no-callgrind]
+       [--servers echo echo_registered trireme trireme_native trireme_h2 in_process inline triton]
+       [--rounds 3] [--no-callgrind]
        [--callgrind-triton] [--keep DIR]   (--keep: copy the callgrind dumps into DIR, for callgrind_annotate)
        [--shape 262144] [--shm]   (--shm: system shared memory for inputs and outputs; not for the echo)
        [--protocol http]   (perf_analyzer -i http against the servers' HTTP ports)
@@ -74,13 +76,14 @@ from tests.bench.servers import (  # noqa: E402
 SERVER_CPU, CLIENT_CPU = "0", "1"
 # the echo's kinds after the default set: pygrpc-native, and tests/bench/h2_echo_server.py's HTTP/2 variants
 EXTRA_ECHOES = ("echo_native", "echo_h2", "echo_own", "echo_own_mypyc", "echo_own_coalesced")
-ALL = ("echo", "echo_registered", "trireme", "trireme_native", "in_process", "inline", "triton", "trireme_pure")
-ALL += EXTRA_ECHOES
+ALL = ("echo", "echo_registered", "trireme", "trireme_native", "trireme_h2", "in_process", "inline", "triton")
+ALL += ("trireme_pure", *EXTRA_ECHOES)
 ECHOES = ("echo", "echo_registered", *EXTRA_ECHOES)
 MODELS = {
     **dict.fromkeys(ECHOES, MODEL),
     "trireme": MODEL,
     "trireme_native": MODEL,
+    "trireme_h2": MODEL,
     "trireme_pure": MODEL,
     "triton": MODEL,
     "in_process": MODEL_IN_PROCESS,
@@ -124,7 +127,7 @@ def start(kind: str, work: Path, port: int, prefix: list[str], shape: int = 16) 
     if kind == "triton":
         pool = [f"--backend-config=python,shm-default-byte-size={TRITON_POOL}"] if 4 * shape >= LARGE_TENSOR else []
         return start_triton(repo, grpc_port, log, pool, http_port, prefix=prefix)
-    extra = ["--grpc-transport", "native"] if kind == "trireme_native" else []
+    extra = {"trireme_native": ["--grpc-transport", "native"], "trireme_h2": ["--grpc-transport", "h2"]}.get(kind, [])
     env = {"TRIREME_PURE_PYTHON": "1"} if kind == "trireme_pure" else {"TRIREME_PURE_PYTHON": "0"}
     return start_trireme(repo, grpc_port, log, extra_args=extra, env=env, http_port=http_port, prefix=prefix)
 

@@ -1,12 +1,13 @@
-"""gRPC transports side by side: Trireme on grpcio and on pygrpc-native (--grpc-transport), Trireme over HTTP, and
+"""gRPC transports side by side: Trireme on grpcio, pygrpc-native and its own h2 (--grpc-transport), over HTTP, and
 real Triton 2.51 over gRPC and HTTP, at each concurrency.
 
-Three server processes, each pinned to CPU 0 with taskset (workers and Triton's Python stub inherit it): Trireme
-with the default transport (its gRPC and HTTP ports both measured), Trireme with `--grpc-transport native`, and
-Triton. perf_analyzer runs pinned to CPU 1 (`-i grpc`, or `-i http` for the HTTP rows; `--streaming` adds the
-ModelStreamInfer rows: on native they go through pygrpc-native's grpc.aio fallback). Per round and concurrency the
-rows run in rotating order; each is measured by tests/bench/servers.py `windowed_load`: after 2 s, over --window
-seconds, requests/s as the server counts them and CPU µs per request of the whole process tree from /proc.
+Four server processes, each pinned to CPU 0 with taskset (workers and Triton's Python stub inherit it): Trireme with
+the default transport (its gRPC and HTTP ports both measured), Trireme with `--grpc-transport native`, with `--grpc-
+transport h2`, and Triton. perf_analyzer runs pinned to CPU 1 (`-i grpc`, or `-i http` for the HTTP rows;
+`--streaming` adds the ModelStreamInfer rows: on native they go through pygrpc-native's grpc.aio fallback). Per
+round and concurrency the rows run in rotating order; each is measured by tests/bench/servers.py `windowed_load`:
+after 2 s, over --window seconds, requests/s as the server counts them and CPU µs per request of the whole process
+tree from /proc.
 
 Model: the unbatched FP32 [-1] identity of tests/bench/models.py, 16 floats per request, one worker-process
 instance. Usage: .venv/bin/python tests/bench/bench_grpc_transports.py [--rounds 3] [--window 6]
@@ -37,11 +38,13 @@ RUN_ON = ["--measurement-mode", "time_windows", "-p", "3600000"]  # one hour-lon
 ROWS = {
     "trireme grpcio": ("grpcio", "grpc", False),
     "trireme native": ("native", "grpc", False),
+    "trireme h2": ("h2", "grpc", False),
     "trireme http": ("grpcio", "http", False),
     "triton grpc": ("triton", "grpc", False),
     "triton http": ("triton", "http", False),
     "trireme grpcio stream": ("grpcio", "grpc", True),
     "trireme native stream": ("native", "grpc", True),
+    "trireme h2 stream": ("h2", "grpc", True),
     "triton stream": ("triton", "grpc", True),
 }
 

@@ -1,5 +1,5 @@
-"""--grpc-transport: the same gRPC service on grpcio and on pygrpc-native (docs/grpc.md), and what the native
-transport refuses when the server starts. The whole gRPC suite also runs on native with
+"""--grpc-transport: the same gRPC service on grpcio, on pygrpc-native and on Trireme's own h2 (docs/grpc.md), and
+what the native transport refuses when the server starts. The whole gRPC suite also runs on native or h2 with
 `TRIREME_GRPC_TRANSPORT=native pytest ...` (the server reads it as the flag's default)."""
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ HAVE_NATIVE = importlib.util.find_spec("pygrpc_native") is not None
 NATIVE = pytest.param(
     "native", marks=pytest.mark.skipif(not HAVE_NATIVE, reason="pygrpc-native is not installed (trireme[grpc-native])")
 )
+HAVE_HPACK = importlib.util.find_spec("hpack") is not None
+H2 = pytest.param("h2", marks=pytest.mark.skipif(not HAVE_HPACK, reason="hpack is not installed (trireme[grpc-h2])"))
 HEADER = "triton-grpc-protocol-infer-key"
 
 
-@pytest.fixture(scope="module", params=["grpcio", NATIVE])
+@pytest.fixture(scope="module", params=["grpcio", NATIVE, H2])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """The example repository on one transport, the inference group restricted to a header."""
     log = tmp_path_factory.mktemp("srv") / "server.log"
@@ -108,8 +110,8 @@ def test_health_service(server: ServerProcess) -> None:
 
 
 def test_request_compression(server: ServerProcess) -> None:
-    """gzip works on both; deflate-compressed requests are refused by the native transport (UNIMPLEMENTED, in
-    tonic's words) and served by grpcio, as by Triton."""
+    """gzip works on all; deflate-compressed requests are refused by the native transport (UNIMPLEMENTED, in
+    tonic's words) and served by grpcio and h2, as by Triton."""
     request = pb.ModelInferRequest(model_name="identity_fp32")
     request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
     request.raw_input_contents.append(np.ones(16, np.float32).tobytes())
@@ -117,7 +119,7 @@ def test_request_compression(server: ServerProcess) -> None:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         reply = stub.ModelInfer(request, metadata=tuple(AUTH.items()), compression=grpc.Compression.Gzip)
         assert reply.raw_output_contents[0] == request.raw_input_contents[0]
-        if server.transport == "grpcio":  # type: ignore[attr-defined]
+        if server.transport != "native":  # type: ignore[attr-defined]
             reply = stub.ModelInfer(request, metadata=tuple(AUTH.items()), compression=grpc.Compression.Deflate)
             assert reply.raw_output_contents[0] == request.raw_input_contents[0]
         else:

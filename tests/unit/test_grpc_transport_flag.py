@@ -52,3 +52,21 @@ def test_native_refuses_every_flag_it_cannot_honour(monkeypatch: pytest.MonkeyPa
 def test_unknown_transport_is_a_usage_error() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--grpc-transport=h2o"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hpack") is None, reason="hpack is not installed (trireme[grpc-h2])")
+def test_h2_takes_every_grpc_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The h2 transport serves TLS, compression, ping limits, connection age and port reuse: nothing is refused."""
+    monkeypatch.delenv("TRIREME_GRPC_TRANSPORT", raising=False)
+    flags = [
+        "--grpc-max-connection-age=1000",
+        "--grpc-max-connection-age-grace=1000",
+        "--grpc-http2-max-pings-without-data=0",
+        "--grpc-http2-min-recv-ping-interval-without-data=1000",
+        "--grpc-http2-max-ping-strikes=0",
+        "--grpc-infer-response-compression-level=low",
+        "--reuse-grpc-port=true",
+    ]
+    config = parse_args(["--grpc-transport=h2", *flags])
+    assert config.grpc.transport == "h2"
+    assert config.grpc.channel_args["grpc.http2.max_ping_strikes"] == 0

@@ -7,7 +7,7 @@ import argparse
 import importlib.util
 import os
 
-TRANSPORTS = ("grpcio", "native")
+TRANSPORTS = ("grpcio", "native", "h2")
 ENV = "TRIREME_GRPC_TRANSPORT"
 
 # flags (argparse dest) pygrpc-native cannot honour: it cannot close connections by age, and it accepts the
@@ -34,7 +34,9 @@ def add_transport_flag(p: argparse.ArgumentParser) -> None:
         default=None,
         help="Trireme only: grpcio (grpc.aio, every feature) or native (pygrpc-native, HTTP/2 in Rust: unary "
         "inference at about twice the rate per core; no TLS, connection age or ping limits, which it refuses; "
-        "ModelStreamInfer through its grpc.aio fallback) (default: $TRIREME_GRPC_TRANSPORT, else grpcio)",
+        "ModelStreamInfer through its grpc.aio fallback) or h2 (Trireme's own HTTP/2 gRPC server, pure Python "
+        "on the hpack package: every gRPC flag, unary and streaming calls in-process) "
+        "(default: $TRIREME_GRPC_TRANSPORT, else grpcio)",
     )
 
 
@@ -45,6 +47,13 @@ def flag_name(dest: str) -> str:
 def check_grpc_transport(args: argparse.Namespace, use_ssl: bool) -> str:
     """The transport the flags pick; SystemExit naming the flags when the native one cannot serve them."""
     transport: str = args.grpc_transport or default_transport()
+    if transport == "h2":
+        if importlib.util.find_spec("hpack") is None:
+            raise SystemExit(
+                "Error: --grpc-transport=h2 needs the hpack package (pip install 'trireme[grpc-h2]'); "
+                "use --grpc-transport=grpcio"
+            )
+        return transport
     if transport != "native":
         return transport
     chosen = "--grpc-transport=native" + ("" if args.grpc_transport else f" (from ${ENV})")

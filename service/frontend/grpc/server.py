@@ -28,7 +28,7 @@ from service.frontend.grpc.handlers import (
     inference_handlers,
 )
 from service.frontend.grpc.observers import NO_OBSERVERS, infer_observers
-from service.frontend.grpc.transport import add_service, make_server
+from service.frontend.grpc.transport import H2, add_service, make_server
 from service.frontend.status import GRPC_STATUS
 from service.ipc import stagetrace
 from shm.errors import ShmError
@@ -343,13 +343,27 @@ def server_credentials(settings: GrpcSettings) -> grpc.ServerCredentials | None:
     return grpc.ssl_server_credentials([(key, cert)], root, require_client_auth=tls.use_ssl_mutual)
 
 
+def _h2_tls(settings: GrpcSettings) -> Any:
+    """The h2 transport's TLS: an ssl.SSLContext from the same flags (None: plaintext)."""
+    from service.frontend.grpc.h2.server import ssl_context
+
+    tls = settings.tls
+    if not tls.use_ssl:
+        return None
+    cert_path, key_path, root_path = tls.files()
+    key = _read_pem(key_path, "server key")
+    cert = _read_pem(cert_path, "server certificate")
+    root = _read_pem(root_path, "root certificate") if root_path else None
+    return ssl_context(key, cert, root, tls.use_ssl_mutual)
+
+
 def build_grpc_server(
     engine: Facade, address: str, settings: GrpcSettings | None = None, reuse_port: bool = False
 ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server bound to `address` (host:port; port 0 picks one). Returns (server, bound port).
     `reuse_port`: share the port with the other front-end processes (SO_REUSEPORT)."""
     settings = settings or GrpcSettings()
-    credentials = server_credentials(settings)
+    credentials = _h2_tls(settings) if settings.transport == H2 else server_credentials(settings)
     reuse_port = reuse_port or settings.reuse_port  # front-end processes, or --reuse-grpc-port
     options = [(k, 1 if reuse_port and k == "grpc.so_reuseport" else v) for k, v in SERVER_OPTIONS]
     options += settings.channel_args.items()

@@ -1,11 +1,13 @@
-"""The gRPC transport under the servicers (--grpc-transport, docs/grpc.md): grpcio's grpc.aio server, or
-pygrpc-native's grpcio-compatible aio server, whose HTTP/2 and gRPC framing run in Rust outside the GIL.
+"""The gRPC transport under the servicers (--grpc-transport, docs/grpc.md): grpcio's grpc.aio server,
+pygrpc-native's grpcio-compatible aio server, whose HTTP/2 and gRPC framing run in Rust outside the GIL, or
+Trireme's own HTTP/2 server (h2/, a grpc.aio.Server look-alike with a ServicerContext of its own).
 
-The servicers, handlers and their checks are the same on both; what differs is how handlers are registered
+The servicers, handlers and their checks are the same on all three; what differs is how handlers are registered
 and what the transport can do. pygrpc-native serves unary methods natively and hands the bidirectional
 ModelStreamInfer to a grpc.aio server of its own behind a Unix socket (same handlers, no speed gain); it has no
 TLS, cannot close connections by age and accepts but does not enforce the limits on client pings, so those flags
-are refused when the server starts (config/access.py check_grpc_transport) rather than silently dropped."""
+are refused when the server starts (config/access.py check_grpc_transport) rather than silently dropped.
+h2 serves every flag grpcio does (TLS through Python's ssl)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import grpc
 
 GRPCIO = "grpcio"
 NATIVE = "native"
+H2 = "h2"
 
 
 def make_server(transport: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.Server:
@@ -26,6 +29,10 @@ def make_server(transport: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.
         import pygrpc_native.aio
 
         return pygrpc_native.aio.server(options=list(options))
+    if transport == H2:  # Trireme's own HTTP/2 server (h2/), a grpc.aio.Server look-alike
+        from service.frontend.grpc.h2.server import H2Server
+
+        return H2Server(options)  # type: ignore[return-value]
     return grpc.aio.server(options=list(options))
 
 
@@ -39,8 +46,10 @@ def add_service(server: grpc.aio.Server, transport: str, service: str, handlers:
     cost (docs/benchmarks.md). Clients see the same methods either way.
 
     native: as registered methods. pygrpc-native serves only registered unary methods in Rust; a generic
-    handler would send every call through its grpc.aio fallback server behind the Rust front (no gain)."""
-    if transport == NATIVE:
+    handler would send every call through its grpc.aio fallback server behind the Rust front (no gain).
+
+    h2: either way; registered methods are one dict lookup by :path."""
+    if transport in (NATIVE, H2):  # h2: looked up by path in one dict
         server.add_registered_method_handlers(service, handlers)
     else:
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))

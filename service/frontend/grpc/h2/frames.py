@@ -1,0 +1,120 @@
+"""HTTP/2 frame and HPACK pieces the h2 transport writes (RFC 7540, RFC 7541), and gRPC's wire conventions:
+the message length prefix, grpc-timeout, grpc-message percent-encoding, -bin metadata in base64."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Iterable
+from typing import Any
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+S_HEADER_TABLE, S_ENABLE_PUSH, S_MAX_STREAMS, S_INITIAL_WINDOW, S_MAX_FRAME = 1, 2, 3, 4, 5
+NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
+FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 6, 7, 8, 9, 11
+MAX_FRAME_IN = 16384  # the default SETTINGS_MAX_FRAME_SIZE, kept for what we receive
+
+U32 = struct.Struct(">I")
+SETTING = struct.Struct(">HI")
+GOAWAY_HEAD = struct.Struct(">II")
+PREFIX = struct.Struct(">BI")  # gRPC message prefix: compressed flag, length
+_HEAD = struct.Struct(">HBBBI")  # length (24 bits: high 16 + low 8), type, flags, stream id
+
+
+def frame(ftype: int, flags: int, sid: int, payload: bytes | bytearray | memoryview = b"") -> bytes:
+    n = len(payload)
+    return _HEAD.pack(n >> 8, n & 0xFF, ftype, flags, sid) + payload
+
+
+def headers_frames(sid: int, flags: int, block: bytes, max_frame: int) -> bytes:
+    """A header block as HEADERS (+ CONTINUATION frames when it exceeds the peer's SETTINGS_MAX_FRAME_SIZE)."""
+    if len(block) <= max_frame:
+        return frame(HEADERS, flags | END_HEADERS, sid, block)
+    parts = [block[i : i + max_frame] for i in range(0, len(block), max_frame)]
+    out = [frame(HEADERS, flags & END_STREAM, sid, parts[0])]
+    out += [frame(CONTINUATION, 0, sid, p) for p in parts[1:-1]]
+    out.append(frame(CONTINUATION, END_HEADERS, sid, parts[-1]))
+    return b"".join(out)
+
+
+# ---- HPACK encoding: literals "without indexing" only, so a block means the same on every connection ----------
+def hpack_int(value: int, bits: int, first: int) -> bytes:
+    """An HPACK integer with an N-bit prefix (RFC 7541 section 5.1)."""
+    limit = (1 << bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = [first | limit]
+    value -= limit
+    while value >= 128:
+        out.append(value % 128 + 128)
+        value //= 128
+    out.append(value)
+    return bytes(out)
+
+
+def literal(name: bytes | int, value: bytes) -> bytes:
+    """A header field without indexing: a static-table name index or a literal name."""
+    head = hpack_int(name, 4, 0) if isinstance(name, int) else b"\x00" + hpack_int(len(name), 7, 0) + name
+    return head + hpack_int(len(value), 7, 0) + value
+
+
+STATUS_200 = b"\x88"  # static entry 8, ":status: 200"
+CONTENT_TYPE = literal(31, b"application/grpc")  # static name 31: content-type
+
+
+def response_headers(encoding: str) -> bytes:
+    """The response HEADERS block: :status, content-type, and grpc-encoding when messages are compressed."""
+    block = STATUS_200 + CONTENT_TYPE + literal(b"grpc-accept-encoding", b"identity,deflate,gzip")
+    return block + (literal(b"grpc-encoding", encoding.encode()) if encoding != "identity" else b"")
+
+
+RESPONSE_HEADERS = response_headers("identity")
+HEADERS_BY_ENCODING = {e: response_headers(e) for e in ("identity", "gzip", "deflate")}
+OK_TRAILERS = literal(b"grpc-status", b"0")
+
+
+def metadata_block(metadata: Iterable[tuple[str, Any]]) -> bytes:
+    """Custom metadata: lower-case keys, -bin values base64 without padding (as grpc core sends them)."""
+    out = bytearray()
+    for key, value in metadata:
+        name = key.lower().encode()
+        if name.endswith(b"-bin"):
+            raw = value if isinstance(value, bytes | bytearray) else str(value).encode()
+            data = base64.b64encode(bytes(raw)).rstrip(b"=")
+        else:
+            data = value.encode() if isinstance(value, str) else bytes(value)
+        out += literal(name, data)
+    return bytes(out)
+
+
+def status_block(code: int, message: str) -> bytes:
+    """grpc-status and grpc-message (percent-encoded) of a non-OK status."""
+    block = literal(b"grpc-status", str(code).encode())
+    return block + (literal(b"grpc-message", percent(message)) if message else b"")
+
+
+def percent(message: str) -> bytes:
+    """grpc-message's percent-encoding (printable ASCII except '%' stays as is)."""
+    raw = message.encode("utf-8")
+    if all(0x20 <= b <= 0x7E and b != 0x25 for b in raw):
+        return raw
+    return b"".join(bytes((b,)) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in raw)
+
+
+def decode_bin(value: bytes) -> bytes:
+    """A -bin metadata value: base64 with or without padding."""
+    return base64.b64decode(value + b"=" * (-len(value) % 4))
+
+
+_TIMEOUT_UNIT = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+
+
+def parse_timeout(value: bytes) -> float | None:
+    """grpc-timeout ("<digits><unit>") in seconds; None when malformed."""
+    unit = _TIMEOUT_UNIT.get(value[-1:])
+    digits = value[:-1]
+    if unit is None or not digits.isdigit() or len(digits) > 8:
+        return None
+    return int(digits) * unit

@@ -1,0 +1,152 @@
+"""The HTTP/2 rules a gRPC server must keep where clients such as tritonclient never go, checked with a bare HTTP/2
+client over a socket on both grpcio and Trireme's own h2 transport (docs/grpc.md), which must answer alike:
+an over-limit request refused from its 5-byte length prefix before its body is sent, client pings beyond the
+strike limit answered by GOAWAY ENHANCE_YOUR_CALM "too_many_pings", an unknown method UNIMPLEMENTED, a
+grpc-timeout that expires DEADLINE_EXCEEDED, a reset stream leaving the server serving."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLE_REPO, ServerProcess, running_server
+
+hpack = pytest.importorskip("hpack", reason="hpack is not installed (trireme[grpc-h2])")
+
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0, 1, 3, 4, 6, 7, 8
+END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes((ftype, flags)) + struct.pack(">I", sid) + payload
+
+
+class Wire:
+    """A bare HTTP/2 client connection: frames out, frames in."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.enc = hpack.Encoder()
+        self.dec = hpack.Decoder()
+        self.buf = b""
+        self.sock.sendall(PREFACE + _frame(SETTINGS, 0, 0))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def request(self, sid: int, path: str, extra: list[tuple[str, str]] | None = None, end: bool = False) -> None:
+        headers = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "localhost")]
+        headers += [("content-type", "application/grpc"), ("te", "trailers"), *(extra or [])]
+        self.send(_frame(HEADERS, END_HEADERS | (END_STREAM if end else 0), sid, self.enc.encode(headers)))
+
+    def next_frame(self) -> tuple[int, int, int, bytes] | None:
+        while True:
+            if len(self.buf) >= 9:
+                n = int.from_bytes(self.buf[:3], "big")
+                if len(self.buf) >= 9 + n:
+                    ftype, flags = self.buf[3], self.buf[4]
+                    sid = int.from_bytes(self.buf[5:9], "big") & 0x7FFFFFFF
+                    payload, self.buf = self.buf[9 : 9 + n], self.buf[9 + n :]
+                    return ftype, flags, sid, payload
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+
+    def trailers(self, sid: int) -> dict[str, str]:
+        """The headers of the stream's frame that ends it (PINGs answered, other frames skipped)."""
+        while (f := self.next_frame()) is not None:
+            ftype, flags, fsid, payload = f
+            if ftype == PING and not flags & ACK:
+                self.send(_frame(PING, ACK, 0, payload))
+            if ftype == HEADERS and fsid == sid:
+                headers = dict(self.dec.decode(payload))
+                if flags & END_STREAM:
+                    return headers
+        raise AssertionError("the connection closed before the stream ended")
+
+    def goaway(self) -> tuple[int, bytes]:
+        while (f := self.next_frame()) is not None:
+            if f[0] == GOAWAY:
+                return struct.unpack(">I", f[3][4:8])[0], f[3][8:]
+        raise AssertionError("no GOAWAY before the connection closed")
+
+
+@pytest.fixture(scope="module", params=["grpcio", "h2"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log: Path = tmp_path_factory.mktemp("srv") / "server.log"
+    with running_server([EXAMPLE_REPO], log, ["--grpc-transport", request.param]) as s:
+        yield s
+
+
+@pytest.fixture
+def wire(server: ServerProcess) -> Iterator[Wire]:
+    w = Wire(server.port)
+    yield w
+    w.close()
+
+
+@pytest.mark.parametrize("rpc", ["ModelInfer", "ModelStreamInfer"])
+def test_over_limit_refused_from_the_prefix(wire: Wire, rpc: str) -> None:
+    wire.request(1, f"/inference.GRPCInferenceService/{rpc}")
+    wire.send(_frame(DATA, 0, 1, struct.pack(">BI", 0, 3 << 30)))  # announces 3 GiB, sends none of it
+    trailers = wire.trailers(1)
+    assert trailers["grpc-status"] == "8"  # RESOURCE_EXHAUSTED
+    assert "Received message larger than max (3221225472 vs. 2147483647)" in trailers.get("grpc-message", "")
+
+
+def test_unknown_method_unimplemented(wire: Wire) -> None:
+    wire.request(1, "/inference.GRPCInferenceService/NoSuchRpc", end=True)
+    assert wire.trailers(1)["grpc-status"] == "12"
+
+
+def test_deadline_exceeded(wire: Wire) -> None:
+    wire.request(1, "/inference.GRPCInferenceService/ModelStreamInfer", [("grpc-timeout", "300m")])
+    assert wire.trailers(1)["grpc-status"] == "4"  # the stream stays open, the deadline ends it
+
+
+def test_reset_stream_then_serving(wire: Wire) -> None:
+    wire.request(1, "/inference.GRPCInferenceService/ModelStreamInfer")
+    wire.send(_frame(RST_STREAM, 0, 1, struct.pack(">I", 8)))  # CANCEL
+    wire.request(3, "/inference.GRPCInferenceService/ServerLive")
+    wire.send(_frame(DATA, END_STREAM, 3, struct.pack(">BI", 0, 0)))
+    assert wire.trailers(3)["grpc-status"] == "0"
+
+
+def test_too_many_pings(wire: Wire) -> None:
+    for k in range(4):  # no call in flight: every ping after the first strikes; the limit is 2 strikes
+        wire.send(_frame(PING, 0, 0, bytes(7) + bytes((k,))))
+    code, debug = wire.goaway()
+    assert code == 11 and b"too_many_pings" in debug  # ENHANCE_YOUR_CALM
+
+
+def test_unanswered_keepalive_closes(start_server) -> None:  # type: ignore[no-untyped-def]
+    """h2 only: --grpc-keepalive-time/-timeout with pings permitted without calls: a client that never answers the
+    server's PINGs is disconnected after the timeout; the server keeps serving new connections. (grpcio sends the
+    ping on time but, measured, keeps such a connection open past 30 s: grpc core closes it on its own, longer,
+    ping timeout.)"""
+    args = ["--grpc-transport", "h2", "--grpc-keepalive-time=300", "--grpc-keepalive-timeout=300"]
+    server = start_server(args=[*args, "--grpc-keepalive-permit-without-calls=true"])
+    w = Wire(server.port)
+    try:
+        pinged = False
+        while (f := w.next_frame()) is not None:  # read only: PINGs are never answered
+            pinged = pinged or (f[0] == PING and not f[1] & ACK)
+        assert pinged  # the connection ended after the server's unanswered ping
+    finally:
+        w.close()
+    again = Wire(server.port)
+    try:
+        again.request(1, "/inference.GRPCInferenceService/ServerLive")
+        again.send(_frame(DATA, END_STREAM, 1, struct.pack(">BI", 0, 0)))
+        assert again.trailers(1)["grpc-status"] == "0"
+    finally:
+        again.close()
