@@ -6,6 +6,7 @@ on shutdown, keepalive and connection age (keepalive.py). Every method runs on t
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -19,6 +20,8 @@ from service.frontend.grpc.h2.messages import Inbound, encode_message
 from service.frontend.grpc.h2.peer import peer_identities, peer_name
 from service.frontend.grpc.h2.roles import Host
 from service.frontend.grpc.h2.runner import run_call
+
+log = logging.getLogger("trireme.grpc.h2")
 
 STREAM_WINDOW = 1 << 20  # what a request stream may send before its handler reads (announced in SETTINGS)
 CONN_WINDOW = 16 << 20  # the same for the whole connection (credited as received)
@@ -79,6 +82,13 @@ class H2Connection(asyncio.Protocol):
         return peer_identities(self._t)
 
     def data_received(self, data: bytes) -> None:
+        try:
+            self._read(data)
+        except Exception as exc:  # a bug, never the peer's bytes: that connection ends, the server serves on
+            log.warning("HTTP/2 connection from %s closed after an internal error: %r", self.peer, exc)
+            self.goaway(f.INTERNAL_ERROR, "internal error")
+
+    def _read(self, data: bytes) -> None:
         buf = self._buf
         buf += data
         pos, end = 0, len(buf)
@@ -104,10 +114,17 @@ class H2Connection(asyncio.Protocol):
                 self.goaway(f.PROTOCOL_ERROR, "expected CONTINUATION")
                 return
             if ftype == f.DATA:
-                self._data(sid, flags, buf, start, pos)
+                bounds = f.payload_bounds(buf, flags, start, pos, priority=False)
+                if bounds is None:
+                    self.goaway(f.PROTOCOL_ERROR, "DATA shorter than its padding")
+                    return
+                self._data(sid, flags, buf, pos - start, *bounds)
             elif ftype == f.HEADERS:
-                stop = pos - buf[start] if flags & f.PADDED else pos
-                start += (1 if flags & f.PADDED else 0) + (5 if flags & f.PRIORITY_FLAG else 0)
+                bounds = f.payload_bounds(buf, flags, start, pos, priority=True)
+                if bounds is None:
+                    self.goaway(f.PROTOCOL_ERROR, "HEADERS shorter than its padding and priority")
+                    return
+                start, stop = bounds
                 if flags & f.END_HEADERS:
                     self._on_headers(sid, flags, bytes(buf[start:stop]))
                 else:
@@ -192,8 +209,8 @@ class H2Connection(asyncio.Protocol):
         st = self._streams.get(ctx.sid)
         return st is not None and st.ctx is ctx and st.expired
 
-    def _data(self, sid: int, flags: int, buf: bytearray, start: int, pos: int) -> None:
-        length = pos - start
+    def _data(self, sid: int, flags: int, buf: bytearray, length: int, start: int, stop: int) -> None:
+        """length: the whole frame's payload (padding counts for flow control); content: buf[start:stop]."""
         self._conn_recv += length
         if self._conn_recv > CONN_WINDOW:
             self.goaway(f.FLOW_CONTROL_ERROR, "connection window exceeded")
@@ -209,7 +226,7 @@ class H2Connection(asyncio.Protocol):
             self._reset(st, f.FLOW_CONTROL_ERROR)
             return
         view = memoryview(buf)  # no copy here: feed copies once (released before data_received resizes buf)
-        st.inbound.feed(view[start + 1 : pos - buf[start]] if flags & f.PADDED else view[start:pos])
+        st.inbound.feed(view[start:stop])
         del view
         if flags & f.END_STREAM:
             st.ctx.end_input()

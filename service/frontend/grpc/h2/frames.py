@@ -23,6 +23,22 @@ PREFIX = struct.Struct(">BI")  # gRPC message prefix: compressed flag, length
 _HEAD = struct.Struct(">HBBBI")  # length (24 bits: high 16 + low 8), type, flags, stream id
 
 
+def payload_bounds(buf: bytearray, flags: int, start: int, end: int, priority: bool) -> tuple[int, int] | None:
+    """Where a DATA or HEADERS frame's content lies once its pad length (PADDED), its priority fields (HEADERS with
+    PRIORITY) and its padding are taken off; None when the frame is too short to hold them (PROTOCOL_ERROR)."""
+    if flags & PADDED:
+        if end <= start:
+            return None
+        pad = buf[start]
+        start += 1
+    else:
+        pad = 0
+    if priority and flags & PRIORITY_FLAG:
+        start += 5
+    stop = end - pad
+    return (start, stop) if start <= stop else None
+
+
 def frame(ftype: int, flags: int, sid: int, payload: bytes | bytearray | memoryview = b"") -> bytes:
     n = len(payload)
     return _HEAD.pack(n >> 8, n & 0xFF, ftype, flags, sid) + payload
