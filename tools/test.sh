@@ -35,9 +35,6 @@ step "pip: the envs extra (uv) and venv-pack, for the per-model Python environme
 step "pip: the grpc-native extra (pygrpc-native: --grpc-transport=native, docs/grpc.md)"
 .venv/bin/python -m pip install -q -e ".[grpc-native]" 2>/dev/null \
   || echo "note: pygrpc-native not installable here; the native gRPC transport tests are skipped"
-step "pip: the grpc-h2 extra (hpack: --grpc-transport=h2, docs/grpc.md)"
-.venv/bin/python -m pip install -q -e ".[grpc-h2]" 2>/dev/null \
-  || echo "note: hpack not installable here; the h2 gRPC transport tests are skipped"
 # real perf_analyzer + Triton 2.51 for the compatibility tests (tools/install-triton-tools.sh, into $TRIREME_TOOLS,
 # default ~/.cache/trireme/tools; those tests skip when the tools cannot be installed here).
 # TRIREME_SKIP_ANCHORS=1 skips the download.
@@ -133,8 +130,10 @@ step "pytest $* (the compiled build unless TRIREME_COMPILED=0)"
 # both ways, on both builds. TRIREME_SECOND_PASS=0 skips it. Tests marked single_pass (framework backends, cloud
 # storage services, per-model environments, fresh-venv installs: nothing in them changes with the build or the
 # front-end mode, and the paths they share with the rest run in both passes) run in the first pass only, which
-# keeps CI well under 40 minutes.
+# keeps CI well under 40 minutes. The first pass serves gRPC on the default transport (h2, Trireme's own), the
+# second on grpcio, so each has the whole suite once; test_grpc_transport.py and test_grpc_h2_*.py run every
+# transport in both passes.
 if [ "${TRIREME_SECOND_PASS:-1}" != 0 ]; then
-  step "pytest again with two front-end processes, pure Python (TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1) $*"
-  TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1 .venv/bin/python -m pytest -q -m "not benchmark and not single_pass" "$@"
+  step "pytest again with two front-end processes, pure Python, grpcio (TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1 TRIREME_GRPC_TRANSPORT=grpcio) $*"
+  TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1 TRIREME_GRPC_TRANSPORT=grpcio .venv/bin/python -m pytest -q -m "not benchmark and not single_pass" "$@"
 fi

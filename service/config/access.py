@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from service.config.groups.grpc_transport import add_transport_flag, check_grpc_transport
+from service.config.groups.grpc_transport import add_transport_flag, check_grpc_transport, default_transport
 from service.config.tls import TlsSettings, add_tls_flags, bool_flag, tls_settings
 
 API_GROUP_NAMES = (
@@ -82,7 +82,8 @@ class GrpcSettings:
     header_forward_pattern: str = ""  # --grpc-header-forward-pattern (config/groups/grpc_flags.py)
     infer_compression_level: str = "none"  # --grpc-infer-response-compression-level
     reuse_port: bool = False  # --reuse-grpc-port
-    transport: str = "grpcio"  # --grpc-transport: grpcio, native or h2 (frontend/grpc/transport.py)
+    # --grpc-transport: h2, grpcio or native (frontend/grpc/transport.py); the Python API's KServeGrpc too
+    transport: str = field(default_factory=default_transport)
 
 
 # help of the keepalive / connection flags (Triton's meaning; unset ones keep grpc's defaults, which are Triton's)

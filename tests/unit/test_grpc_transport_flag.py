@@ -1,4 +1,4 @@
-"""--grpc-transport: the default (grpcio, or $TRIREME_GRPC_TRANSPORT), and the flags the native transport refuses."""
+"""--grpc-transport: the default (h2, or $TRIREME_GRPC_TRANSPORT), and the flags the native transport refuses."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from service.config.flags import parse_args
 HAVE_NATIVE = importlib.util.find_spec("pygrpc_native") is not None
 
 
-def test_default_is_grpcio(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_is_h2(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRIREME_GRPC_TRANSPORT", raising=False)
-    assert parse_args([]).grpc.transport == "grpcio"
+    assert parse_args([]).grpc.transport == "h2"
     monkeypatch.setenv("TRIREME_GRPC_TRANSPORT", "bogus")  # not a transport: ignored
+    assert parse_args([]).grpc.transport == "h2"
+    monkeypatch.setenv("TRIREME_GRPC_TRANSPORT", "grpcio")
     assert parse_args([]).grpc.transport == "grpcio"
+    monkeypatch.delenv("TRIREME_GRPC_TRANSPORT")
+    assert parse_args(["--grpc-transport", "grpcio"]).grpc.transport == "grpcio"
 
 
 @pytest.mark.skipif(not HAVE_NATIVE, reason="pygrpc-native is not installed (trireme[grpc-native])")

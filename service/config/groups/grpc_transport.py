@@ -9,6 +9,9 @@ import os
 
 TRANSPORTS = ("grpcio", "native", "h2")
 ENV = "TRIREME_GRPC_TRANSPORT"
+# Trireme's own HTTP/2 server: the whole suite passes on it, at 0.65x grpcio's instructions per request
+# (docs/grpc.md, "Why h2"); grpcio stays one flag away
+DEFAULT = "h2"
 
 # flags (argparse dest) pygrpc-native cannot honour: it cannot close connections by age, and it accepts the
 # limits on client pings without enforcing them; TLS is checked from the TLS settings
@@ -22,9 +25,9 @@ NATIVE_REFUSED = (
 
 
 def default_transport() -> str:
-    """--grpc-transport when not given: $TRIREME_GRPC_TRANSPORT (the test suite runs either way), else grpcio."""
+    """--grpc-transport when not given: $TRIREME_GRPC_TRANSPORT (the test suite runs either way), else h2."""
     env = os.environ.get(ENV, "").strip()
-    return env if env in TRANSPORTS else "grpcio"
+    return env if env in TRANSPORTS else DEFAULT
 
 
 def add_transport_flag(p: argparse.ArgumentParser) -> None:
@@ -32,11 +35,10 @@ def add_transport_flag(p: argparse.ArgumentParser) -> None:
         "--grpc-transport",
         choices=TRANSPORTS,
         default=None,
-        help="Trireme only: grpcio (grpc.aio, every feature) or native (pygrpc-native, HTTP/2 in Rust: unary "
-        "inference at about twice the rate per core; no TLS, connection age or ping limits, which it refuses; "
-        "ModelStreamInfer through its grpc.aio fallback) or h2 (Trireme's own HTTP/2 gRPC server, pure Python "
-        "on the hpack package: every gRPC flag, unary and streaming calls in-process) "
-        "(default: $TRIREME_GRPC_TRANSPORT, else grpcio)",
+        help="Trireme only: h2 (the default: Trireme's own HTTP/2 gRPC server, pure Python on the hpack package: "
+        "every gRPC flag, unary and streaming calls in-process) or grpcio (grpc.aio, grpc C-core) or native "
+        "(pygrpc-native, HTTP/2 in Rust: unary inference; no TLS, connection age or ping limits, which it refuses; "
+        "ModelStreamInfer through its grpc.aio fallback) (default: $TRIREME_GRPC_TRANSPORT, else h2)",
     )
 
 
@@ -50,7 +52,7 @@ def check_grpc_transport(args: argparse.Namespace, use_ssl: bool) -> str:
     if transport == "h2":
         if importlib.util.find_spec("hpack") is None:
             raise SystemExit(
-                "Error: --grpc-transport=h2 needs the hpack package (pip install 'trireme[grpc-h2]'); "
+                "Error: --grpc-transport=h2 needs the hpack package (a dependency of trireme: pip install hpack); "
                 "use --grpc-transport=grpcio"
             )
         return transport
