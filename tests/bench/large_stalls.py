@@ -21,7 +21,7 @@ large messages, other requests), waiting in the run queue (runnable, no CPU free
 waiting for the GIL).
 
 Usage: .venv/bin/python tests/bench/large_stalls.py [--rounds 3] [--big-count 3] [--small-rate 500]
-       [--slow-ms 5] [--own-session] [--grpc-transport native]
+       [--slow-ms 5] [--own-session] [--grpc-transport native|h2]
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def main() -> None:
     ap.add_argument("--small-rate", type=float, default=500)
     ap.add_argument("--slow-ms", type=float, default=5)
     ap.add_argument("--own-session", action="store_true", help="start the server in a session of its own")
-    ap.add_argument("--grpc-transport", choices=("grpcio", "native"), default="grpcio")
+    ap.add_argument("--grpc-transport", choices=("grpcio", "native", "h2"), default="grpcio")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="large_stalls_"))
     repo = work / "repo"
