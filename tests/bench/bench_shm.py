@@ -3,11 +3,11 @@
 Both servers serve the same Python-backend model (service/example_models/identity_fp32_any, a plain Triton
 model) and are measured by the real perf_analyzer (count windows) at each --concurrency (default 1), interleaved
 in rounds (the server order rotates per round). --pin puts the servers (and their workers / stubs) on CPU 0 and
-perf_analyzer on CPU 1. --grpc-transports runs one Trireme per gRPC transport (`--grpc-transport`, default grpcio
+perf_analyzer on CPU 1. --grpc-transports runs one Trireme per gRPC transport (`--grpc-transport`, default h2
 only). Needs tools/install-triton-tools.sh ($TRIREME_TOOLS/bin/...).
 
 Usage: .venv/bin/python tests/bench/bench_shm.py [--rounds 2] [--sizes 16 1048576 16777216 67108864]
-       [--concurrency 1 4] [--pin] [--transports wire shm] [--grpc-transports grpcio native]
+       [--concurrency 1 4] [--pin] [--transports wire shm] [--grpc-transports h2 native grpcio]
        [--window-ms 2000]
 Prints a markdown table of medians per server, size and transport: infer/s, avg and p99 latency, CPU per
 request of the server's process tree (server, workers, stubs: /proc around each run, divided by the requests the
@@ -100,7 +100,7 @@ def main() -> None:
     ap.add_argument("--transports", nargs="+", choices=("wire", "shm"), default=["wire", "shm"])
     ap.add_argument("--pin", action="store_true", help="servers on CPU 0, perf_analyzer on CPU 1 (taskset)")
     ap.add_argument("--window-ms", type=int, default=0, help="perf_analyzer time windows (-p) instead of counts")
-    ap.add_argument("--grpc-transports", nargs="+", choices=("grpcio", "native"), default=["grpcio"])
+    ap.add_argument("--grpc-transports", nargs="+", choices=("grpcio", "native", "h2"), default=["h2"])
     args = ap.parse_args()
     if args.pin:
         SERVER_PIN[:], CLIENT_PIN[:] = ["taskset", "-c", "0"], ["taskset", "-c", "1"]
