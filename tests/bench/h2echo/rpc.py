@@ -18,6 +18,7 @@ from typing import Any
 
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
+from service.frontend.grpc.h2.frames import literal  # the h2 transport's encoder (one copy)
 from tests.bench.echo_server import Echo, _Captured
 
 SERVICE = "inference.GRPCInferenceService"
@@ -55,28 +56,6 @@ def methods(echo: Echo) -> dict[bytes, Method]:
         h = generic.service(_Details(path))
         out[path.encode()] = Method(h.request_deserializer, h.unary_unary, h.response_serializer)
     return out
-
-
-# ---- HPACK encoding of what the server sends (no dynamic-table entries: the blocks are state-free) ----------------
-def hpack_int(value: int, bits: int, first: int) -> bytes:
-    """An HPACK integer with an N-bit prefix (RFC 7541 section 5.1)."""
-    limit = (1 << bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = [first | limit]
-    value -= limit
-    while value >= 128:
-        out.append(value % 128 + 128)
-        value //= 128
-    out.append(value)
-    return bytes(out)
-
-
-def literal(name: bytes | int, value: bytes) -> bytes:
-    """A header field "without indexing" (a static-table name index or a literal name): it leaves the peer's
-    dynamic table alone, so the same bytes mean the same header on every connection at any time."""
-    head = hpack_int(name, 4, 0) if isinstance(name, int) else b"\x00" + hpack_int(len(name), 7, 0) + name
-    return head + hpack_int(len(value), 7, 0) + value
 
 
 STATUS_200 = b"\x88"  # indexed static entry 8, ":status: 200"
