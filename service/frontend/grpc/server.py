@@ -331,8 +331,8 @@ def _read_pem(path: str, what: str) -> bytes:
         raise OSError(f"unable to read the gRPC {what} '{path}': {e.strerror}") from None
 
 
-def server_credentials(settings: GrpcSettings) -> grpc.ServerCredentials | None:
-    """TLS credentials from Triton's --grpc-use-ssl* / --grpc-*-cert flags (None: plaintext)."""
+def _tls_files(settings: GrpcSettings) -> tuple[bytes, bytes, bytes | None] | None:
+    """(key, certificate, root or None) read from Triton's --grpc-*-cert flags; None: plaintext."""
     tls = settings.tls
     if not tls.use_ssl:
         return None
@@ -340,21 +340,24 @@ def server_credentials(settings: GrpcSettings) -> grpc.ServerCredentials | None:
     key = _read_pem(key_path, "server key")
     cert = _read_pem(cert_path, "server certificate")
     root = _read_pem(root_path, "root certificate") if root_path else None
-    return grpc.ssl_server_credentials([(key, cert)], root, require_client_auth=tls.use_ssl_mutual)
+    return key, cert, root
+
+
+def server_credentials(settings: GrpcSettings) -> grpc.ServerCredentials | None:
+    """TLS credentials from Triton's --grpc-use-ssl* / --grpc-*-cert flags (None: plaintext)."""
+    files = _tls_files(settings)
+    if files is None:
+        return None
+    key, cert, root = files
+    return grpc.ssl_server_credentials([(key, cert)], root, require_client_auth=settings.tls.use_ssl_mutual)
 
 
 def _h2_tls(settings: GrpcSettings) -> Any:
     """The h2 transport's TLS: an ssl.SSLContext from the same flags (None: plaintext)."""
     from service.frontend.grpc.h2.server import ssl_context
 
-    tls = settings.tls
-    if not tls.use_ssl:
-        return None
-    cert_path, key_path, root_path = tls.files()
-    key = _read_pem(key_path, "server key")
-    cert = _read_pem(cert_path, "server certificate")
-    root = _read_pem(root_path, "root certificate") if root_path else None
-    return ssl_context(key, cert, root, tls.use_ssl_mutual)
+    files = _tls_files(settings)
+    return None if files is None else ssl_context(*files, settings.tls.use_ssl_mutual)
 
 
 def build_grpc_server(
