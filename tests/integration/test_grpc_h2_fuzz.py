@@ -13,24 +13,18 @@ from __future__ import annotations
 import random
 import socket
 import struct
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import EXAMPLE_REPO, ServerProcess, running_server
+from tests.conftest import ServerProcess
+from tests.integration.test_grpc_h2_wire import PREFACE, frame
 
 hpack = pytest.importorskip("hpack", reason="hpack is not installed (trireme[grpc-h2])")
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 CONNECTIONS = 400
 SEED = 20261127
-
-
-def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((ftype, flags)) + struct.pack(">I", sid) + payload
 
 
 def _valid_request(rng: random.Random) -> bytes:
@@ -39,7 +33,7 @@ def _valid_request(rng: random.Random) -> bytes:
     headers += [(":authority", "localhost"), ("content-type", "application/grpc"), ("te", "trailers")]
     sid = rng.choice((1, 3, 5))
     block = hpack.Encoder().encode(headers)
-    return PREFACE + _frame(4, 0, 0) + _frame(1, 0x4, sid, block) + _frame(0, 0x1, sid, struct.pack(">BI", 0, 0))
+    return PREFACE + frame(4, 0, 0) + frame(1, 0x4, sid, block) + frame(0, 0x1, sid, struct.pack(">BI", 0, 0))
 
 
 def _random_frame(rng: random.Random) -> bytes:
@@ -55,10 +49,10 @@ def _random_frame(rng: random.Random) -> bytes:
         )
     if ftype == 8 and rng.random() < 0.7:  # WINDOW_UPDATE: zero or overflowing increments
         payload = struct.pack(">I", rng.choice((0, 1, 0x7FFFFFFF, 0xFFFFFFFF)))
-    frame = _frame(ftype, flags, sid, payload)
+    out = frame(ftype, flags, sid, payload)
     if rng.random() < 0.05:  # a length that lies
-        frame = struct.pack(">I", rng.randrange(1 << 24))[1:] + frame[3:]
-    return frame
+        out = struct.pack(">I", rng.randrange(1 << 24))[1:] + out[3:]
+    return out
 
 
 def _case(rng: random.Random) -> bytes:
@@ -71,13 +65,13 @@ def _case(rng: random.Random) -> bytes:
     if kind == 1:  # cut short
         return bytes(base[: rng.randrange(len(base))])
     if kind == 2:  # a valid start, then random frames
-        return PREFACE + _frame(4, 0, 0) + b"".join(_random_frame(rng) for _ in range(rng.randrange(1, 12)))
+        return PREFACE + frame(4, 0, 0) + b"".join(_random_frame(rng) for _ in range(rng.randrange(1, 12)))
     if kind == 3:  # HEADERS whose HPACK block is garbage, or CONTINUATION where none may come
         sid = rng.choice((1, 3))
-        bad = _frame(1, rng.choice((0, 0x4, 0x5)), sid, rng.randbytes(rng.randrange(1, 200)))
+        bad = frame(1, rng.choice((0, 0x4, 0x5)), sid, rng.randbytes(rng.randrange(1, 200)))
         if rng.random() < 0.5:
-            bad += _frame(9, 0x4, sid, rng.randbytes(rng.randrange(1, 50)))
-        return PREFACE + _frame(4, 0, 0) + bad
+            bad += frame(9, 0x4, sid, rng.randbytes(rng.randrange(1, 50)))
+        return PREFACE + frame(4, 0, 0) + bad
     return bytes(rng.randbytes(rng.randrange(1, 300)))  # no preface at all
 
 
@@ -93,15 +87,8 @@ def _send(port: int, data: bytes, rng: random.Random) -> None:
             pass
 
 
-@pytest.fixture(scope="module", params=["grpcio", "h2"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    log: Path = tmp_path_factory.mktemp("srv") / "server.log"
-    with running_server([EXAMPLE_REPO], log, ["--grpc-transport", request.param]) as s:
-        s.transport = request.param  # type: ignore[attr-defined]
-        yield s
-
-
-def test_hostile_http2_leaves_the_server_serving(server: ServerProcess) -> None:
+def test_hostile_http2_leaves_the_server_serving(transport_server: ServerProcess) -> None:
+    server = transport_server
     rng = random.Random(SEED)
     for _ in range(CONNECTIONS):
         _send(server.port, _case(rng), rng)

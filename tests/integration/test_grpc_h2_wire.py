@@ -9,11 +9,10 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE_REPO, ServerProcess, running_server
+from tests.conftest import ServerProcess
 
 hpack = pytest.importorskip("hpack", reason="hpack is not installed (trireme[grpc-h2])")
 
@@ -22,7 +21,7 @@ END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
-def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+def frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes((ftype, flags)) + struct.pack(">I", sid) + payload
 
 
@@ -34,7 +33,7 @@ class Wire:
         self.enc = hpack.Encoder()
         self.dec = hpack.Decoder()
         self.buf = b""
-        self.sock.sendall(PREFACE + _frame(SETTINGS, 0, 0))
+        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
 
     def close(self) -> None:
         self.sock.close()
@@ -45,7 +44,7 @@ class Wire:
     def request(self, sid: int, path: str, extra: list[tuple[str, str]] | None = None, end: bool = False) -> None:
         headers = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "localhost")]
         headers += [("content-type", "application/grpc"), ("te", "trailers"), *(extra or [])]
-        self.send(_frame(HEADERS, END_HEADERS | (END_STREAM if end else 0), sid, self.enc.encode(headers)))
+        self.send(frame(HEADERS, END_HEADERS | (END_STREAM if end else 0), sid, self.enc.encode(headers)))
 
     def next_frame(self) -> tuple[int, int, int, bytes] | None:
         while True:
@@ -66,7 +65,7 @@ class Wire:
         while (f := self.next_frame()) is not None:
             ftype, flags, fsid, payload = f
             if ftype == PING and not flags & ACK:
-                self.send(_frame(PING, ACK, 0, payload))
+                self.send(frame(PING, ACK, 0, payload))
             if ftype == HEADERS and fsid == sid:
                 headers = dict(self.dec.decode(payload))
                 if flags & END_STREAM:
@@ -80,16 +79,9 @@ class Wire:
         raise AssertionError("no GOAWAY before the connection closed")
 
 
-@pytest.fixture(scope="module", params=["grpcio", "h2"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    log: Path = tmp_path_factory.mktemp("srv") / "server.log"
-    with running_server([EXAMPLE_REPO], log, ["--grpc-transport", request.param]) as s:
-        yield s
-
-
 @pytest.fixture
-def wire(server: ServerProcess) -> Iterator[Wire]:
-    w = Wire(server.port)
+def wire(transport_server: ServerProcess) -> Iterator[Wire]:
+    w = Wire(transport_server.port)
     yield w
     w.close()
 
@@ -97,7 +89,7 @@ def wire(server: ServerProcess) -> Iterator[Wire]:
 @pytest.mark.parametrize("rpc", ["ModelInfer", "ModelStreamInfer"])
 def test_over_limit_refused_from_the_prefix(wire: Wire, rpc: str) -> None:
     wire.request(1, f"/inference.GRPCInferenceService/{rpc}")
-    wire.send(_frame(DATA, 0, 1, struct.pack(">BI", 0, 3 << 30)))  # announces 3 GiB, sends none of it
+    wire.send(frame(DATA, 0, 1, struct.pack(">BI", 0, 3 << 30)))  # announces 3 GiB, sends none of it
     trailers = wire.trailers(1)
     assert trailers["grpc-status"] == "8"  # RESOURCE_EXHAUSTED
     assert "Received message larger than max (3221225472 vs. 2147483647)" in trailers.get("grpc-message", "")
@@ -115,15 +107,15 @@ def test_deadline_exceeded(wire: Wire) -> None:
 
 def test_reset_stream_then_serving(wire: Wire) -> None:
     wire.request(1, "/inference.GRPCInferenceService/ModelStreamInfer")
-    wire.send(_frame(RST_STREAM, 0, 1, struct.pack(">I", 8)))  # CANCEL
+    wire.send(frame(RST_STREAM, 0, 1, struct.pack(">I", 8)))  # CANCEL
     wire.request(3, "/inference.GRPCInferenceService/ServerLive")
-    wire.send(_frame(DATA, END_STREAM, 3, struct.pack(">BI", 0, 0)))
+    wire.send(frame(DATA, END_STREAM, 3, struct.pack(">BI", 0, 0)))
     assert wire.trailers(3)["grpc-status"] == "0"
 
 
 def test_too_many_pings(wire: Wire) -> None:
     for k in range(4):  # no call in flight: every ping after the first strikes; the limit is 2 strikes
-        wire.send(_frame(PING, 0, 0, bytes(7) + bytes((k,))))
+        wire.send(frame(PING, 0, 0, bytes(7) + bytes((k,))))
     code, debug = wire.goaway()
     assert code == 11 and b"too_many_pings" in debug  # ENHANCE_YOUR_CALM
 
@@ -146,7 +138,7 @@ def test_unanswered_keepalive_closes(start_server) -> None:  # type: ignore[no-u
     again = Wire(server.port)
     try:
         again.request(1, "/inference.GRPCInferenceService/ServerLive")
-        again.send(_frame(DATA, END_STREAM, 1, struct.pack(">BI", 0, 0)))
+        again.send(frame(DATA, END_STREAM, 1, struct.pack(">BI", 0, 0)))
         assert again.trailers(1)["grpc-status"] == "0"
     finally:
         again.close()

@@ -9,6 +9,14 @@ import pytest
 from service.config.flags import parse_args
 
 HAVE_NATIVE = importlib.util.find_spec("pygrpc_native") is not None
+# connection-age and ping-limit flags: native refuses every one, h2 and grpcio take them
+AGE_AND_PING_FLAGS = [
+    "--grpc-max-connection-age=1000",
+    "--grpc-max-connection-age-grace=1000",
+    "--grpc-http2-max-pings-without-data=0",
+    "--grpc-http2-min-recv-ping-interval-without-data=1000",
+    "--grpc-http2-max-ping-strikes=0",
+]
 
 
 def test_default_is_h2(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,13 +44,7 @@ def test_native_from_flag_or_environment(monkeypatch: pytest.MonkeyPatch) -> Non
 @pytest.mark.skipif(not HAVE_NATIVE, reason="pygrpc-native is not installed (trireme[grpc-native])")
 def test_native_refuses_every_flag_it_cannot_honour(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRIREME_GRPC_TRANSPORT", raising=False)
-    flags = [
-        "--grpc-max-connection-age=1000",
-        "--grpc-max-connection-age-grace=1000",
-        "--grpc-http2-max-pings-without-data=0",
-        "--grpc-http2-min-recv-ping-interval-without-data=1000",
-        "--grpc-http2-max-ping-strikes=0",
-    ]
+    flags = AGE_AND_PING_FLAGS
     with pytest.raises(SystemExit) as e:
         parse_args(["--grpc-transport=native", "--grpc-use-ssl-mutual=true", *flags])
     message = str(e.value)
@@ -63,11 +65,7 @@ def test_h2_takes_every_grpc_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     """The h2 transport serves TLS, compression, ping limits, connection age and port reuse: nothing is refused."""
     monkeypatch.delenv("TRIREME_GRPC_TRANSPORT", raising=False)
     flags = [
-        "--grpc-max-connection-age=1000",
-        "--grpc-max-connection-age-grace=1000",
-        "--grpc-http2-max-pings-without-data=0",
-        "--grpc-http2-min-recv-ping-interval-without-data=1000",
-        "--grpc-http2-max-ping-strikes=0",
+        *AGE_AND_PING_FLAGS,
         "--grpc-infer-response-compression-level=low",
         "--reuse-grpc-port=true",
     ]
