@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tests.conftest import ServerProcess
 
@@ -142,3 +145,75 @@ def test_unanswered_keepalive_closes(start_server) -> None:  # type: ignore[no-u
         assert again.trailers(1)["grpc-status"] == "0"
     finally:
         again.close()
+
+
+def _infer_message(n: int) -> bytes:
+    """A length-prefixed ModelInfer request for identity_fp32_any with n float32 values."""
+    from tritonclient.grpc import service_pb2
+
+    req = service_pb2.ModelInferRequest(model_name="identity_fp32_any")
+    tensor = req.inputs.add(name="INPUT0", datatype="FP32")
+    tensor.shape.extend([1, n])
+    req.raw_input_contents.append(bytes(4 * n))
+    body = req.SerializeToString()
+    return struct.pack(">BI", 0, len(body)) + body
+
+
+def _send_body(wire: Wire, sid: int, message: bytes) -> None:
+    """DATA frames within the server's flow-control windows (WINDOW_UPDATEs read as they come, PINGs answered:
+    grpc core measures the bandwidth-delay product with them before it widens its windows), END_STREAM last."""
+    conn, stream, initial, view = 65535, 65535, 65535, memoryview(message)
+    while view:
+        n = min(len(view), 16384, conn, stream)
+        if n <= 0:
+            got = wire.next_frame()
+            assert got is not None, "the connection closed while the request was sent"
+            ftype, flags, fsid, payload = got
+            if ftype == PING and not flags & ACK:
+                wire.send(frame(PING, ACK, 0, payload))
+            elif ftype == WINDOW_UPDATE:
+                inc = struct.unpack(">I", payload)[0]
+                conn, stream = (conn + inc, stream) if fsid == 0 else (conn, stream + inc)
+            elif ftype == SETTINGS and payload:
+                for i in range(0, len(payload), 6):
+                    key, value = struct.unpack(">HI", payload[i : i + 6])
+                    if key == 4:  # SETTINGS_INITIAL_WINDOW_SIZE
+                        stream, initial = stream + value - initial, value
+            continue
+        wire.send(frame(DATA, END_STREAM if n == len(view) else 0, sid, bytes(view[:n])))
+        view, conn, stream = view[n:], conn - n, stream - n
+
+
+@pytest.mark.parametrize("transport_server", ["h2"], indirect=True)  # how h2 ends a call: grpc core's is its own
+def test_answer_after_the_connection_failed_ends_quietly(transport_server: ServerProcess) -> None:
+    """A call answered after its connection failed, while the transport still holds unsent bytes for a client that
+    stopped reading (so the connection is closing but not yet lost), ends like a cancelled call: no handler error
+    in the log, and the server serves on."""
+    wire = Wire(transport_server.port)
+    try:
+        # The client opens its windows wide, asks for a 32 MiB answer and stops reading.
+        wire.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, (1 << 31) - 1)))
+        wire.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1 - 65535)))
+        wire.request(1, "/inference.GRPCInferenceService/ModelInfer")
+        _send_body(wire, 1, _infer_message(8 << 20))
+        time.sleep(2.0)  # the answer fills the socket buffers; the rest waits in the server's transport
+        # A second call, then a protocol error (a stream id reused): GOAWAY while that call runs.
+        wire.request(3, "/inference.GRPCInferenceService/ModelInfer")
+        wire.send(frame(DATA, END_STREAM, 3, _infer_message(16)))
+        wire.request(1, "/inference.GRPCInferenceService/ServerLive", end=True)
+        time.sleep(2.0)
+    finally:
+        wire.close()
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{transport_server.port}")
+    try:
+        assert client.is_server_live()
+        assert client.infer("identity_fp32_any", [_fp32_input(4)]).as_numpy("OUTPUT0").shape == (1, 4)
+    finally:
+        client.close()
+    assert "Traceback" not in transport_server.log(), transport_server.log()
+
+
+def _fp32_input(n: int) -> grpcclient.InferInput:
+    x = grpcclient.InferInput("INPUT0", [1, n], "FP32")
+    x.set_data_from_numpy(np.ones((1, n), dtype=np.float32))
+    return x

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from service.frontend.grpc.h2 import frames as f
-from service.frontend.grpc.h2.context import H2Context
+from service.frontend.grpc.h2.context import CallGone, H2Context
 from service.frontend.grpc.h2.headers import HeaderDecoder, RequestHead
 from service.frontend.grpc.h2.keepalive import Keepalive
 from service.frontend.grpc.h2.messages import Inbound, encode_message
@@ -263,7 +263,7 @@ class H2Connection(asyncio.Protocol):
     async def send_message(self, ctx: H2Context, message: bytes) -> None:
         st = self._streams.get(ctx.sid)
         if st is None or st.ctx is not ctx or self._t is None or self._t.is_closing():
-            raise ConnectionResetError("the call was reset or its connection closed")
+            raise CallGone("the call was reset or its connection closed")
         if len(message) > self.server.max_send:
             await ctx.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -278,7 +278,7 @@ class H2Connection(asyncio.Protocol):
                 self._flush(ctx)
                 await self._wait_window(st)
                 if self._streams.get(ctx.sid) is not st:
-                    raise ConnectionResetError("the call was reset or its connection closed")
+                    raise CallGone("the call was reset or its connection closed")
                 continue
             self._emit(ctx, f.frame(f.DATA, 0, ctx.sid, view[:n]))
             view = view[n:]

@@ -16,6 +16,13 @@ import grpc
 from service.frontend.grpc.h2.roles import Link
 
 EOF_MESSAGE: Any = grpc.aio.EOF  # type: ignore[attr-defined]
+
+
+class CallGone(ConnectionResetError):
+    """A response written after the client reset the stream or the connection closed: the call ends silently, as
+    a cancelled one (grpc.aio drops such writes too)."""
+
+
 _COMPRESSION = {grpc.Compression.Gzip: "gzip", grpc.Compression.Deflate: "deflate", grpc.Compression.NoCompression: ""}
 
 

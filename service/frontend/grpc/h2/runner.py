@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from service.frontend.grpc.h2.context import EOF_MESSAGE, H2Context
+from service.frontend.grpc.h2.context import EOF_MESSAGE, CallGone, H2Context
 
 log = logging.getLogger("trireme.grpc")
 
@@ -73,6 +73,9 @@ async def run_call(ctx: H2Context, handler: grpc.RpcMethodHandler) -> None:
         else:
             ctx.finish(cancelled=True)
             return
+    except CallGone:  # the client reset the stream or went away before the answer: nobody to answer
+        ctx.finish(cancelled=True)
+        return
     except Exception as e:  # grpc.aio's answer to a handler that raised
         log.exception("gRPC handler raised")
         status, message = grpc.StatusCode.UNKNOWN, f"Unexpected {type(e)}: {e}"
