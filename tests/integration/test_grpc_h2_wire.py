@@ -217,3 +217,67 @@ def _fp32_input(n: int) -> grpcclient.InferInput:
     x = grpcclient.InferInput("INPUT0", [1, n], "FP32")
     x.set_data_from_numpy(np.ones((1, n), dtype=np.float32))
     return x
+
+
+_LIVE = "/inference.GRPCInferenceService/ServerLive"
+_BASE = [(":method", "POST"), (":scheme", "http"), (":path", _LIVE), (":authority", "localhost")]
+_BASE += [("content-type", "application/grpc"), ("te", "trailers")]
+
+
+def _without(*names: str) -> list[tuple[str, str]]:
+    return [h for h in _BASE if h[0] not in names]
+
+
+def _replaced(name: str, value: str) -> list[tuple[str, str]]:
+    return [(n, value if n == name else v) for n, v in _BASE]
+
+
+@pytest.mark.parametrize(
+    ("headers", "expect"),
+    [
+        (_replaced(":method", "GET"), "reset"),
+        (_without(":scheme"), "reset"),
+        (_without(":path"), "reset"),
+        (_without(":authority"), "reset"),
+        (_without("te"), "reset"),
+        (_replaced("te", "gzip"), "Error parsing 'te' metadata"),
+        (_replaced(":scheme", "ftp"), "Error parsing ':scheme' metadata"),
+        ([*_BASE, ("X-Upper", "1")], "Illegal header key: X-Upper"),
+        ([*_BASE, (":foo", "1")], "Illegal header key: :foo"),
+        ([*_without(":authority"), ("host", "localhost")], "ok"),  # host stands in for :authority
+        (_without("content-type"), "ok"),  # grpc core takes any content-type
+        (_replaced("content-type", "application/json"), "ok"),
+    ],
+)
+def test_request_headers_checked_as_grpc_core_does(
+    transport_server: ServerProcess, wire: Wire, headers: list[tuple[str, str]], expect: str
+) -> None:
+    """Both transports answer a malformed request head alike: grpc core resets a stream that is not a gRPC
+    request (RST_STREAM INTERNAL_ERROR), ends a call with a bad te, :scheme or header name with INTERNAL and its
+    message, and takes what it tolerates. The server serves on (checked on a new connection: after a refused head
+    grpc core's HPACK table no longer follows the client's)."""
+    wire.send(frame(HEADERS, END_HEADERS, 1, wire.enc.encode(headers)))
+    wire.send(frame(DATA, END_STREAM, 1, struct.pack(">BI", 0, 0)))
+    while (got := wire.next_frame()) is not None:
+        ftype, flags, sid, payload = got
+        if ftype == RST_STREAM and sid == 1:
+            assert expect == "reset" and struct.unpack(">I", payload)[0] == 2  # INTERNAL_ERROR
+            break
+        if ftype == HEADERS and sid == 1 and flags & END_STREAM:
+            trailers = dict(wire.dec.decode(payload))
+            if expect == "ok":
+                assert trailers["grpc-status"] == "0"
+            else:
+                assert trailers["grpc-status"] == "13" and trailers.get("grpc-message") == expect
+            break
+        if ftype == HEADERS and sid == 1:
+            wire.dec.decode(payload)  # response headers: the HPACK state must follow
+    else:
+        raise AssertionError("the connection closed before the stream ended")
+    again = Wire(transport_server.port)
+    try:
+        again.request(1, _LIVE)
+        again.send(frame(DATA, END_STREAM, 1, struct.pack(">BI", 0, 0)))
+        assert again.trailers(1)["grpc-status"] == "0"
+    finally:
+        again.close()

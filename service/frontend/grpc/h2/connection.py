@@ -163,6 +163,9 @@ class H2Connection(asyncio.Protocol):
         if self._closing:  # after our GOAWAY: refuse new calls
             self._t.write(f.frame(f.RST_STREAM, 0, sid, f.U32.pack(f.REFUSED_STREAM)))
             return
+        if head.reset:  # not a gRPC request (no POST, a pseudo-header or te missing): grpc core resets it
+            self._t.write(f.frame(f.RST_STREAM, 0, sid, f.U32.pack(f.INTERNAL_ERROR)))
+            return
         self._start(sid, head, bool(flags & f.END_STREAM))
 
     def _start(self, sid: int, head: RequestHead, ended: bool) -> None:

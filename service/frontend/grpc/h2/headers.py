@@ -29,7 +29,8 @@ class _CountingTable(HeaderTable):
 @dataclass(frozen=True)
 class RequestHead:
     path: str
-    error: str  # a malformed request (content-type): INTERNAL with this message
+    reset: bool  # not a gRPC request at all (grpc core resets the stream): see read_head
+    error: str  # a malformed request: INTERNAL with this message
     timeout: float | None  # grpc-timeout in seconds
     encoding: str  # grpc-encoding of the request messages
     encoding_error: str  # an encoding this server does not accept: UNIMPLEMENTED with this message
@@ -37,23 +38,44 @@ class RequestHead:
     metadata: tuple[tuple[str, str | bytes], ...]
 
 
+_SCHEMES = frozenset((b"http", b"https"))
+
+
 def read_head(headers: list[tuple[bytes, bytes]]) -> RequestHead:
-    path, ctype, encoding, timeout = "", b"", "identity", None
+    """The call a request header block asks for, checked as grpc core's server checks it: with no :method POST,
+    no :scheme, :path, :authority (or host) or te, the stream is reset (RST_STREAM INTERNAL_ERROR); a te other
+    than "trailers", a :scheme other than http/https, an unknown pseudo-header or a header name with capitals
+    ends the call with INTERNAL and grpc core's message. Any content-type is taken, as grpc core takes it."""
+    path, encoding, timeout = "", "identity", None
+    method = scheme = authority = host = te = b""
+    error = ""
     accept: tuple[str, ...] = ()
     metadata: list[tuple[str, str | bytes]] = []
     for name, value in headers:
         if name[:1] == b":":
             if name == b":path":
                 path = value.decode("latin-1")
+            elif name == b":method":
+                method = value
+            elif name == b":scheme":
+                scheme = value
+            elif name == b":authority":
+                authority = value
+            elif not error:
+                error = f"Illegal header key: {name.decode('latin-1')}"
         elif name in _RESERVED:
-            if name == b"content-type":
-                ctype = value
+            if name == b"te":
+                te = value
             elif name == b"grpc-timeout":
                 timeout = parse_timeout(value)
             elif name == b"grpc-encoding":
                 encoding = value.decode("latin-1").strip()
             elif name == b"grpc-accept-encoding":
                 accept = tuple(e.strip() for e in value.decode("latin-1").split(","))
+        elif name == b"host":  # grpc core takes it for a missing :authority
+            host = value
+        elif name.lower() != name:
+            error = error or f"Illegal header key: {name.decode('latin-1')}"
         elif name.endswith(b"-bin"):
             try:
                 metadata.append((name.decode("latin-1"), decode_bin(value)))
@@ -61,11 +83,15 @@ def read_head(headers: list[tuple[bytes, bytes]]) -> RequestHead:
                 continue  # grpc core drops a value that is not base64
         else:
             metadata.append((name.decode("latin-1"), value.decode("utf-8", "replace")))
-    error = "" if ctype.startswith(b"application/grpc") else f"Invalid content-type: {ctype.decode('latin-1')}"
+    reset = method != b"POST" or not scheme or not path or not (authority or host) or not te
+    if not error and te != b"trailers":
+        error = "Error parsing 'te' metadata"
+    if not error and scheme not in _SCHEMES:
+        error = "Error parsing ':scheme' metadata"
     encoding_error = (
         "" if encoding in ENCODINGS else f"Compression algorithm '{encoding}' is not supported (grpc-encoding)"
     )
-    return RequestHead(path, error, timeout, encoding, encoding_error, accept, tuple(metadata))
+    return RequestHead(path, reset, error, timeout, encoding, encoding_error, accept, tuple(metadata))
 
 
 class HeaderDecoder:
