@@ -113,28 +113,42 @@ class H2Server:
         return self._bind(address, server_credentials)
 
     def _bind(self, address: str, context: ssl.SSLContext | None) -> int:
+        """Listen on every address the host resolves to, as grpc core does ("localhost": 127.0.0.1 and ::1); with
+        port 0 the first socket's port is taken for the others. The port, or 0 when no address could be bound."""
         host, _, port = address.rpartition(":")
         host = host.strip("[]") or "0.0.0.0"
-        reuse = bool(self.options.get("grpc.so_reuseport", 0))
         try:
             infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         except (OSError, ValueError) as e:
             raise RuntimeError(f"cannot resolve {address}: {e}") from None
-        family, kind, proto, _, sockaddr = infos[0]
+        bound = 0
+        seen: set[tuple[int, Any]] = set()
+        for family, kind, proto, _, sockaddr in infos:
+            if (family, sockaddr) in seen:
+                continue
+            seen.add((family, sockaddr))
+            if bound:
+                sockaddr = (sockaddr[0], bound, *sockaddr[2:])
+            sock = self._listen_socket(family, kind, proto, sockaddr)
+            if sock is not None:
+                bound = bound or int(sock.getsockname()[1])
+                self._sockets.append((sock, context))
+        return bound
+
+    def _listen_socket(self, family: int, kind: int, proto: int, sockaddr: Any) -> socket.socket | None:
         sock = socket.socket(family, kind, proto)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse:
+            if self.options.get("grpc.so_reuseport", 0):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             sock.bind(sockaddr)
         except OSError:
             sock.close()
-            return 0
+            return None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sockets.append((sock, context))
-        return int(sock.getsockname()[1])
+        return sock
 
     # ---- life --------------------------------------------------------------------------------------------------
     async def start(self) -> None:
