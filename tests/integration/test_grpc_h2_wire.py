@@ -20,7 +20,7 @@ from tests.conftest import ServerProcess
 hpack = pytest.importorskip("hpack", reason="hpack is not installed (trireme[grpc-h2])")
 
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0, 1, 3, 4, 6, 7, 8
-END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
+END_STREAM, END_HEADERS, ACK, PADDED = 0x1, 0x4, 0x1, 0x8
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
@@ -217,3 +217,85 @@ def _fp32_input(n: int) -> grpcclient.InferInput:
     x = grpcclient.InferInput("INPUT0", [1, n], "FP32")
     x.set_data_from_numpy(np.ones((1, n), dtype=np.float32))
     return x
+
+
+def _cut_request(wire: Wire, sid: int, message: bytes, padded: bool) -> None:
+    """`message` as DATA frames of uneven sizes (1 byte, a cut prefix, full 16 KiB ones; padded ones if asked),
+    their bytes sent in socket writes cut anywhere (inside frame heads too), within the server's windows."""
+    sizes, writes = [1, 3, 2, 16384, 7, 9000, 16384, 100, 16384], [1, 8, 9, 10, 3, 40000, 13, 16393, 2]
+    conn, stream, initial, pos, k, out = 65535, 65535, 65535, 0, 0, bytearray()
+    while pos < len(message):
+        pad = 5 if padded and k % 3 == 2 else 0
+        n = min(sizes[k % len(sizes)], len(message) - pos, 16384 - (pad + 1 if pad else 0))
+        if n + pad + (1 if pad else 0) > min(conn, stream):
+            w = 0
+            while out:  # what is built goes first, then the windows are waited for
+                step = writes[w % len(writes)]
+                wire.send(bytes(out[:step]))
+                del out[:step]
+                w += 1
+            got = wire.next_frame()
+            assert got is not None, "the connection closed while the request was sent"
+            ftype, flags, fsid, payload = got
+            if ftype == PING and not flags & ACK:
+                wire.send(frame(PING, ACK, 0, payload))
+            elif ftype == WINDOW_UPDATE:
+                inc = struct.unpack(">I", payload)[0]
+                conn, stream = (conn + inc, stream) if fsid == 0 else (conn, stream + inc)
+            elif ftype == SETTINGS and not flags & ACK:
+                for i in range(0, len(payload), 6):
+                    key, value = struct.unpack(">HI", payload[i : i + 6])
+                    if key == 4:  # SETTINGS_INITIAL_WINDOW_SIZE
+                        stream, initial = stream + value - initial, value
+                wire.send(frame(SETTINGS, ACK, 0))
+            continue
+        last = END_STREAM if pos + n == len(message) else 0
+        body = message[pos : pos + n]
+        payload = bytes((pad,)) + body + bytes(pad) if pad else body
+        out += frame(DATA, last | (PADDED if pad else 0), sid, payload)
+        conn, stream, pos, k = conn - len(payload), stream - len(payload), pos + n, k + 1
+    w = 0
+    while out:
+        step = writes[w % len(writes)]
+        wire.send(bytes(out[:step]))
+        del out[:step]
+        w += 1
+        if w % 4 == 0:
+            time.sleep(0.001)  # the server reads apart what was written apart
+
+
+def test_request_cut_anywhere_answered_whole(transport_server: ServerProcess) -> None:
+    """A 300 KiB ModelInfer request (over the 256 KiB from which both transports take the large-message paths) in
+    frames and writes cut anywhere: the identity model answers the very same bytes. Padded DATA frames on h2 only:
+    grpc core refuses DATA flags other than END_STREAM (RST_STREAM PROTOCOL_ERROR), RFC 7540 allows them."""
+    from tritonclient.grpc import service_pb2
+
+    wire = Wire(transport_server.port)
+    try:
+        wire.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, (1 << 31) - 1)))  # the answer may come whole
+        wire.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1 - 65535)))
+        values = np.random.default_rng(7).random((1, 75 << 10), dtype=np.float32)
+        req = service_pb2.ModelInferRequest(model_name="identity_fp32_any")
+        tensor = req.inputs.add(name="INPUT0", datatype="FP32")
+        tensor.shape.extend(values.shape)
+        req.raw_input_contents.append(values.tobytes())
+        body = req.SerializeToString()
+        wire.request(1, "/inference.GRPCInferenceService/ModelInfer")
+        padded = transport_server.transport == "h2"  # type: ignore[attr-defined]
+        _cut_request(wire, 1, struct.pack(">BI", 0, len(body)) + body, padded)
+        answer, trailers = bytearray(), None
+        while trailers is None and (got := wire.next_frame()) is not None:
+            ftype, flags, fsid, payload = got
+            if ftype == PING and not flags & ACK:
+                wire.send(frame(PING, ACK, 0, payload))
+            elif ftype == DATA and fsid == 1:
+                answer += payload
+            elif ftype == HEADERS and fsid == 1:
+                headers = dict(wire.dec.decode(payload))
+                trailers = headers if flags & END_STREAM else None
+        assert trailers is not None and trailers["grpc-status"] == "0", trailers
+        assert struct.unpack(">BI", answer[:5]) == (0, len(answer) - 5)
+        response = service_pb2.ModelInferResponse.FromString(bytes(answer[5:]))
+        assert response.raw_output_contents[0] == values.tobytes()
+    finally:
+        wire.close()

@@ -51,6 +51,7 @@ class H2Connection(asyncio.Protocol):
         self.peer = peer_name(transport)
         self.server.connections.add(self)
         settings = f.SETTING.pack(f.S_INITIAL_WINDOW, STREAM_WINDOW) + f.SETTING.pack(f.S_ENABLE_PUSH, 0)
+        settings += f.SETTING.pack(f.S_MAX_FRAME, f.MAX_FRAME_IN)
         transport.write(
             f.frame(f.SETTINGS, 0, 0, settings) + f.frame(f.WINDOW_UPDATE, 0, 0, f.U32.pack(CONN_WINDOW - 65535))
         )
@@ -144,8 +145,9 @@ class H2Connection(asyncio.Protocol):
         st = self._streams.get(ctx.sid)
         return st is not None and st.ctx is ctx and st.expired
 
-    def data(self, sid: int, flags: int, buf: bytearray, length: int, start: int, stop: int) -> None:
-        """length: the whole frame's payload (padding counts for flow control); content: buf[start:stop]."""
+    def data(self, sid: int, flags: int, buf: memoryview, length: int, start: int, stop: int) -> None:
+        """length: the whole frame's payload (padding counts for flow control; 0 for the later parts of a frame
+        read in parts); content: buf[start:stop]."""
         self._conn_recv += length
         if self._conn_recv > CONN_WINDOW:
             self.goaway(f.FLOW_CONTROL_ERROR, "connection window exceeded")
@@ -160,9 +162,7 @@ class H2Connection(asyncio.Protocol):
         if st.uncredited > STREAM_WINDOW:
             self._reset(st, f.FLOW_CONTROL_ERROR)
             return
-        view = memoryview(buf)  # no copy here: feed copies once (released before data_received resizes buf)
-        st.inbound.feed(view[start:stop])
-        del view
+        st.inbound.feed(buf[start:stop])  # a view of the socket's bytes: feed copies it once
         if flags & f.END_STREAM:
             st.ctx.end_input()
         self._credit(st)

@@ -16,6 +16,7 @@ from service.frontend.grpc.h2.messages import encode_message
 from service.frontend.grpc.h2.stream import Stream
 
 _CORK_BYTES = 64 << 10  # a unary response up to this size leaves in one write with its trailers
+_NOTHING = memoryview(b"")
 
 
 class Outbound:
@@ -52,33 +53,46 @@ class Outbound:
                 f"Sent message larger than max ({len(message)} vs. {self.max_send})",
             )
         self.send_headers(ctx)
-        data = encode_message(message, ctx.wire_encoding)
-        view = memoryview(data)
-        while view:
-            n = min(len(view), self.peer_max_frame, st.send_window, self.conn_send)
+        prefix, body = encode_message(message, ctx.wire_encoding)
+        view = memoryview(body)
+        pending = prefix  # the prefix goes out ahead of the body's first bytes, in the same frame
+        pos, end = 0, len(body)
+        while pending or pos < end:
+            n = min(len(pending) + end - pos, self.peer_max_frame, st.send_window, self.conn_send)
             if n <= 0:
                 self._flush(ctx)
                 await self._wait_window(st)
                 if self.streams.get(ctx.sid) is not st:
                     raise CallGone("the call was reset or its connection closed")
                 continue
-            self._emit(ctx, f.frame(f.DATA, 0, ctx.sid, view[:n]))
-            view = view[n:]
+            k = min(len(pending), n)
+            head = f.head(f.DATA, 0, ctx.sid, n) + pending[:k]
+            pending = pending[k:]
+            self._put(ctx, head, view[pos : pos + n - k])  # a slice of the message: no copy of it here
+            pos += n - k
             st.send_window -= n
             self.conn_send -= n
         self.keepalive.sent()
 
     def _emit(self, ctx: H2Context, data: bytes) -> None:
-        """Frames of a unary response are gathered and go out in one write with its trailers; big ones at once."""
+        self._put(ctx, data, _NOTHING)
+
+    def _put(self, ctx: H2Context, head: bytes, payload: memoryview) -> None:
+        """A frame's bytes (its head, then a slice of a message). Frames of a unary response are gathered and go
+        out in one write with its trailers; larger responses leave at once, the message slices as they are
+        (uvloop writes them from the message's own buffer)."""
         cork = ctx.cork
-        if cork is None:
-            self.t.write(data)
-        elif len(cork) + len(data) <= _CORK_BYTES:
-            cork += data
-        else:  # a large response: no gathering (it would copy it twice more)
-            self._flush(ctx)
+        if cork is not None:
+            if len(cork) + len(head) + len(payload) <= _CORK_BYTES:
+                cork += head
+                cork += payload
+                return
+            self._flush(ctx)  # a large response: no gathering (it would copy it twice more)
             ctx.cork = None
-            self.t.write(data)
+        if payload:
+            self.t.writelines((head, payload))
+        else:
+            self.t.write(head)
 
     def _flush(self, ctx: H2Context) -> None:
         if ctx.cork:
