@@ -54,6 +54,15 @@ COMPILED_MODULES: tuple[str, ...] = (
     "service/remote/host.py",
     "service/remote/wire.py",
     "service/remote/tensors.py",
+    "service/frontend/grpc/h2/connection.py",
+    "service/frontend/grpc/h2/reader.py",
+    "service/frontend/grpc/h2/outbound.py",
+    "service/frontend/grpc/h2/stream.py",
+    "service/frontend/grpc/h2/messages.py",
+    "service/frontend/grpc/h2/context.py",
+    "service/frontend/grpc/h2/runner.py",
+    "service/frontend/grpc/h2/frames.py",
+    "service/frontend/grpc/h2/keepalive.py",
 )
 
 _ROOTS = ("service", "shm")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
@@ -27,8 +27,8 @@ from service.frontend.grpc.h2.stream import Stream
 
 log = logging.getLogger("trireme.grpc.h2")
 
-STREAM_WINDOW = 1 << 20  # what a request stream may send before its handler reads (announced in SETTINGS)
-CONN_WINDOW = 16 << 20  # the same for the whole connection (credited as received)
+STREAM_WINDOW: Final = 1 << 20  # what a request stream may send before its handler reads (announced in SETTINGS)
+CONN_WINDOW: Final = 16 << 20  # the same for the whole connection (credited as received)
 
 
 class H2Connection(asyncio.Protocol):

@@ -12,12 +12,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import grpc
+from mypy_extensions import mypyc_attr
 
 from service.frontend.grpc.h2.roles import Link
 
 EOF_MESSAGE: Any = grpc.aio.EOF  # type: ignore[attr-defined]
 
 
+@mypyc_attr(native_class=False)  # compiled, a class may not derive from ConnectionResetError natively
 class CallGone(ConnectionResetError):
     """A response written after the client reset the stream or the connection closed: the call ends silently, as
     a cancelled one (grpc.aio drops such writes too)."""

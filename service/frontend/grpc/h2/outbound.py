@@ -5,7 +5,7 @@ what is sent."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
@@ -15,7 +15,7 @@ from service.frontend.grpc.h2.keepalive import Keepalive
 from service.frontend.grpc.h2.messages import encode_message
 from service.frontend.grpc.h2.stream import Stream
 
-_CORK_BYTES = 64 << 10  # a unary response up to this size leaves in one write with its trailers
+_CORK_BYTES: Final = 64 << 10  # a unary response up to this size leaves in one write with its trailers
 _NOTHING = memoryview(b"")
 
 
