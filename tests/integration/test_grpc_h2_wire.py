@@ -299,3 +299,59 @@ def test_request_cut_anywhere_answered_whole(transport_server: ServerProcess) ->
         assert response.raw_output_contents[0] == values.tobytes()
     finally:
         wire.close()
+
+
+@pytest.mark.parametrize("transport", ["grpcio", "h2"])
+def test_streams_beyond_the_announced_limit_refused(transport: str) -> None:
+    """grpc core's GRPC_ARG_MAX_CONCURRENT_STREAMS ("grpc.max_concurrent_streams"), which no flag sets (Triton does
+    not set it: without it neither grpc core nor h2 announces or enforces a limit), on a bare server of each
+    transport with a streaming method: the limit announced in SETTINGS, a stream beyond it refused with
+    RST_STREAM REFUSED_STREAM (RFC 7540 section 5.1.2), a new one served once a stream has ended."""
+    import asyncio
+    import threading
+
+    import grpc
+
+    from service.frontend.grpc.h2.server import H2Server
+
+    async def drain(requests, context):  # type: ignore[no-untyped-def]
+        async for _ in requests:
+            pass
+
+    handlers = {"M": grpc.stream_stream_rpc_method_handler(drain)}
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> tuple[object, int]:
+        options = [("grpc.max_concurrent_streams", 2)]
+        server = H2Server(options) if transport == "h2" else grpc.aio.server(options=options)
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.S", handlers)])
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        return server, port
+
+    server, port = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    wire = Wire(port)
+    try:
+        while (got := wire.next_frame()) is not None and not (got[0] == SETTINGS and not got[1] & ACK):
+            pass
+        assert got is not None
+        announced = dict(struct.unpack(">HI", got[3][i : i + 6]) for i in range(0, len(got[3]), 6))
+        assert announced.get(3) == 2  # SETTINGS_MAX_CONCURRENT_STREAMS
+        wire.send(frame(SETTINGS, ACK, 0))
+        for sid in (1, 3, 5):
+            wire.request(sid, "/t.S/M")
+        while (got := wire.next_frame()) is not None and not (got[0] == RST_STREAM and got[2] == 5):
+            assert got[0] != RST_STREAM, got  # streams 1 and 3 are served
+        assert got is not None and struct.unpack(">I", got[3])[0] == 7  # REFUSED_STREAM
+        wire.send(frame(DATA, END_STREAM, 1, b""))
+        assert wire.trailers(1)["grpc-status"] == "0"
+        wire.request(7, "/t.S/M", end=True)  # one stream ended: a new one is served
+        assert wire.trailers(7)["grpc-status"] == "0"
+    finally:
+        wire.close()
+        asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(30)  # type: ignore[attr-defined]
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -52,6 +52,8 @@ class H2Connection(asyncio.Protocol):
         self.server.connections.add(self)
         settings = f.SETTING.pack(f.S_INITIAL_WINDOW, STREAM_WINDOW) + f.SETTING.pack(f.S_ENABLE_PUSH, 0)
         settings += f.SETTING.pack(f.S_MAX_FRAME, f.MAX_FRAME_IN)
+        if self.server.max_streams >= 0:
+            settings += f.SETTING.pack(f.S_MAX_STREAMS, self.server.max_streams)
         transport.write(
             f.frame(f.SETTINGS, 0, 0, settings) + f.frame(f.WINDOW_UPDATE, 0, 0, f.U32.pack(CONN_WINDOW - 65535))
         )
@@ -96,8 +98,9 @@ class H2Connection(asyncio.Protocol):
             self.goaway(f.PROTOCOL_ERROR, "stream id not new or not a client stream")
             return
         self._last_sid = sid
-        if self._closing:  # after our GOAWAY: refuse new calls
-            self._t.write(f.frame(f.RST_STREAM, 0, sid, f.U32.pack(f.REFUSED_STREAM)))
+        limit = self.server.max_streams
+        if self._closing or 0 <= limit <= len(self._streams):  # after our GOAWAY, or beyond the limit announced
+            self._t.write(f.frame(f.RST_STREAM, 0, sid, f.U32.pack(f.REFUSED_STREAM)))  # RFC 7540 section 5.1.2
             return
         self._start(sid, head, bool(flags & f.END_STREAM))
 

@@ -52,6 +52,7 @@ class Host(Protocol):
     options: dict[str, Any]
     max_receive: int
     max_send: int
+    max_streams: int  # SETTINGS_MAX_CONCURRENT_STREAMS; -1: none announced, no limit
     connections: set[Any]
 
     def handler(self, path: str) -> grpc.RpcMethodHandler | None: ...
