@@ -2,7 +2,9 @@
 client over a socket on both grpcio and Trireme's own h2 transport (docs/grpc.md), which must answer alike:
 an over-limit request refused from its 5-byte length prefix before its body is sent, client pings beyond the
 strike limit answered by GOAWAY ENHANCE_YOUR_CALM "too_many_pings", an unknown method UNIMPLEMENTED, a
-grpc-timeout that expires DEADLINE_EXCEEDED, a reset stream leaving the server serving."""
+grpc-timeout that expires DEADLINE_EXCEEDED, a reset stream leaving the server serving, a request cut into frames
+and socket writes anywhere (prefix, frame heads, padding) answered with its own bytes, a stream limit announced
+and enforced; on h2, a compressed request's window given back by its size on the wire."""
 
 from __future__ import annotations
 
@@ -355,3 +357,48 @@ def test_streams_beyond_the_announced_limit_refused(transport: str) -> None:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+@pytest.mark.parametrize("transport_server", ["h2"], indirect=True)  # grpc core sizes its windows its own way
+def test_compressed_requests_give_back_only_their_window(transport_server: ServerProcess) -> None:
+    """A stream's request window is given back as its handler reads, by what each message held on the wire: four
+    gzip requests of 100 KiB of zeros (about 130 bytes each on the wire) read by ModelStreamInfer must not credit
+    the client with their inflated size (which would let a client send far beyond the 1 MiB a stream may hold)."""
+    import gzip
+
+    from tritonclient.grpc import service_pb2
+
+    wire = Wire(transport_server.port)
+    try:
+        wire.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, (1 << 31) - 1)))  # the answers may come whole
+        wire.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1 - 65535)))
+        req = service_pb2.ModelInferRequest(model_name="identity_fp32_any")
+        tensor = req.inputs.add(name="INPUT0", datatype="FP32")
+        tensor.shape.extend([1, 25 << 10])
+        req.raw_input_contents.append(bytes(100 << 10))
+        packed = gzip.compress(req.SerializeToString())
+        message = struct.pack(">BI", 1, len(packed)) + packed
+        wire.request(1, "/inference.GRPCInferenceService/ModelStreamInfer", [("grpc-encoding", "gzip")])
+        sent = 0
+        for _ in range(4):
+            wire.send(frame(DATA, 0, 1, message))
+            sent += len(message)
+        answers, credited, got_bytes = 0, 0, bytearray()
+        while answers < 4 and (got := wire.next_frame()) is not None:
+            ftype, flags, fsid, payload = got
+            if ftype == PING and not flags & ACK:
+                wire.send(frame(PING, ACK, 0, payload))
+            elif ftype == WINDOW_UPDATE and fsid == 1:
+                credited += struct.unpack(">I", payload)[0]
+            elif ftype == DATA and fsid == 1:
+                got_bytes += payload
+                while len(got_bytes) >= 5 and len(got_bytes) >= 5 + struct.unpack(">I", got_bytes[1:5])[0]:
+                    del got_bytes[: 5 + struct.unpack(">I", got_bytes[1:5])[0]]
+                    answers += 1
+            assert ftype != RST_STREAM and ftype != GOAWAY, got
+        assert answers == 4
+        wire.send(frame(DATA, END_STREAM, 1, b""))
+        assert wire.trailers(1)["grpc-status"] == "0"
+        assert credited <= sent, (credited, sent)
+    finally:
+        wire.close()
