@@ -31,6 +31,9 @@ PURE_ENV = "TRIREME_PURE_PYTHON"
 # same name); service/worker/pb_utils/requests.py: the worker builds each InferenceRequest without its public
 # constructor (`__new__`: that constructor checks its arguments as Triton's does), which a compiled class does not
 # allow (its `__new__` runs `__init__`).
+# In service/frontend/grpc/h2/ the per-request modules are compiled; headers.py (its HPACK work is in the pure-Python
+# hpack package), server.py, roles.py (Protocols) and peer.py are not; its CallGone (a ConnectionResetError) is a
+# non-native class, and a streaming call's request iterator is a class (mypyc compiles no async generator).
 # service/core/observability/stats.py is compiled although its ModelStats crosses the front-end link pickled (the
 # statistics call): mypyc's compiled dataclasses pickle and unpickle as interpreted ones do.
 COMPILED_MODULES: tuple[str, ...] = (
@@ -54,6 +57,15 @@ COMPILED_MODULES: tuple[str, ...] = (
     "service/remote/host.py",
     "service/remote/wire.py",
     "service/remote/tensors.py",
+    "service/frontend/grpc/h2/connection.py",
+    "service/frontend/grpc/h2/reader.py",
+    "service/frontend/grpc/h2/outbound.py",
+    "service/frontend/grpc/h2/stream.py",
+    "service/frontend/grpc/h2/messages.py",
+    "service/frontend/grpc/h2/context.py",
+    "service/frontend/grpc/h2/runner.py",
+    "service/frontend/grpc/h2/frames.py",
+    "service/frontend/grpc/h2/keepalive.py",
 )
 
 _ROOTS = ("service", "shm")

@@ -2,7 +2,9 @@
 client over a socket on both grpcio and Trireme's own h2 transport (docs/grpc.md), which must answer alike:
 an over-limit request refused from its 5-byte length prefix before its body is sent, client pings beyond the
 strike limit answered by GOAWAY ENHANCE_YOUR_CALM "too_many_pings", an unknown method UNIMPLEMENTED, a
-grpc-timeout that expires DEADLINE_EXCEEDED, a reset stream leaving the server serving."""
+grpc-timeout that expires DEADLINE_EXCEEDED, a reset stream leaving the server serving, a request cut into frames
+and socket writes anywhere (prefix, frame heads, padding) answered with its own bytes, a stream limit announced
+and enforced; on h2, a compressed request's window given back by its size on the wire."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from tests.conftest import ServerProcess
 hpack = pytest.importorskip("hpack", reason="hpack is not installed (trireme[grpc-h2])")
 
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0, 1, 3, 4, 6, 7, 8
-END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
+END_STREAM, END_HEADERS, ACK, PADDED = 0x1, 0x4, 0x1, 0x8
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
@@ -281,3 +283,186 @@ def test_request_headers_checked_as_grpc_core_does(
         assert again.trailers(1)["grpc-status"] == "0"
     finally:
         again.close()
+
+
+def _cut_request(wire: Wire, sid: int, message: bytes, padded: bool) -> None:
+    """`message` as DATA frames of uneven sizes (1 byte, a cut prefix, full 16 KiB ones; padded ones if asked),
+    their bytes sent in socket writes cut anywhere (inside frame heads too), within the server's windows."""
+    sizes, writes = [1, 3, 2, 16384, 7, 9000, 16384, 100, 16384], [1, 8, 9, 10, 3, 40000, 13, 16393, 2]
+    conn, stream, initial, pos, k, out = 65535, 65535, 65535, 0, 0, bytearray()
+    while pos < len(message):
+        pad = 5 if padded and k % 3 == 2 else 0
+        n = min(sizes[k % len(sizes)], len(message) - pos, 16384 - (pad + 1 if pad else 0))
+        if n + pad + (1 if pad else 0) > min(conn, stream):
+            w = 0
+            while out:  # what is built goes first, then the windows are waited for
+                step = writes[w % len(writes)]
+                wire.send(bytes(out[:step]))
+                del out[:step]
+                w += 1
+            got = wire.next_frame()
+            assert got is not None, "the connection closed while the request was sent"
+            ftype, flags, fsid, payload = got
+            if ftype == PING and not flags & ACK:
+                wire.send(frame(PING, ACK, 0, payload))
+            elif ftype == WINDOW_UPDATE:
+                inc = struct.unpack(">I", payload)[0]
+                conn, stream = (conn + inc, stream) if fsid == 0 else (conn, stream + inc)
+            elif ftype == SETTINGS and not flags & ACK:
+                for i in range(0, len(payload), 6):
+                    key, value = struct.unpack(">HI", payload[i : i + 6])
+                    if key == 4:  # SETTINGS_INITIAL_WINDOW_SIZE
+                        stream, initial = stream + value - initial, value
+                wire.send(frame(SETTINGS, ACK, 0))
+            continue
+        last = END_STREAM if pos + n == len(message) else 0
+        body = message[pos : pos + n]
+        payload = bytes((pad,)) + body + bytes(pad) if pad else body
+        out += frame(DATA, last | (PADDED if pad else 0), sid, payload)
+        conn, stream, pos, k = conn - len(payload), stream - len(payload), pos + n, k + 1
+    w = 0
+    while out:
+        step = writes[w % len(writes)]
+        wire.send(bytes(out[:step]))
+        del out[:step]
+        w += 1
+        if w % 4 == 0:
+            time.sleep(0.001)  # the server reads apart what was written apart
+
+
+def test_request_cut_anywhere_answered_whole(transport_server: ServerProcess) -> None:
+    """A 300 KiB ModelInfer request (over the 256 KiB from which both transports take the large-message paths) in
+    frames and writes cut anywhere: the identity model answers the very same bytes. Padded DATA frames on h2 only:
+    grpc core refuses DATA flags other than END_STREAM (RST_STREAM PROTOCOL_ERROR), RFC 7540 allows them."""
+    from tritonclient.grpc import service_pb2
+
+    wire = Wire(transport_server.port)
+    try:
+        wire.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, (1 << 31) - 1)))  # the answer may come whole
+        wire.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1 - 65535)))
+        values = np.random.default_rng(7).random((1, 75 << 10), dtype=np.float32)
+        req = service_pb2.ModelInferRequest(model_name="identity_fp32_any")
+        tensor = req.inputs.add(name="INPUT0", datatype="FP32")
+        tensor.shape.extend(values.shape)
+        req.raw_input_contents.append(values.tobytes())
+        body = req.SerializeToString()
+        wire.request(1, "/inference.GRPCInferenceService/ModelInfer")
+        padded = transport_server.transport == "h2"  # type: ignore[attr-defined]
+        _cut_request(wire, 1, struct.pack(">BI", 0, len(body)) + body, padded)
+        answer, trailers = bytearray(), None
+        while trailers is None and (got := wire.next_frame()) is not None:
+            ftype, flags, fsid, payload = got
+            if ftype == PING and not flags & ACK:
+                wire.send(frame(PING, ACK, 0, payload))
+            elif ftype == DATA and fsid == 1:
+                answer += payload
+            elif ftype == HEADERS and fsid == 1:
+                headers = dict(wire.dec.decode(payload))
+                trailers = headers if flags & END_STREAM else None
+        assert trailers is not None and trailers["grpc-status"] == "0", trailers
+        assert struct.unpack(">BI", answer[:5]) == (0, len(answer) - 5)
+        response = service_pb2.ModelInferResponse.FromString(bytes(answer[5:]))
+        assert response.raw_output_contents[0] == values.tobytes()
+    finally:
+        wire.close()
+
+
+@pytest.mark.parametrize("transport", ["grpcio", "h2"])
+def test_streams_beyond_the_announced_limit_refused(transport: str) -> None:
+    """grpc core's GRPC_ARG_MAX_CONCURRENT_STREAMS ("grpc.max_concurrent_streams"), which no flag sets (Triton does
+    not set it: without it neither grpc core nor h2 announces or enforces a limit), on a bare server of each
+    transport with a streaming method: the limit announced in SETTINGS, a stream beyond it refused with
+    RST_STREAM REFUSED_STREAM (RFC 7540 section 5.1.2), a new one served once a stream has ended."""
+    import asyncio
+    import threading
+
+    import grpc
+
+    from service.frontend.grpc.h2.server import H2Server
+
+    async def drain(requests, context):  # type: ignore[no-untyped-def]
+        async for _ in requests:
+            pass
+
+    handlers = {"M": grpc.stream_stream_rpc_method_handler(drain)}
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> tuple[object, int]:
+        options = [("grpc.max_concurrent_streams", 2)]
+        server = H2Server(options) if transport == "h2" else grpc.aio.server(options=options)
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.S", handlers)])
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        return server, port
+
+    server, port = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    wire = Wire(port)
+    try:
+        while (got := wire.next_frame()) is not None and not (got[0] == SETTINGS and not got[1] & ACK):
+            pass
+        assert got is not None
+        announced = dict(struct.unpack(">HI", got[3][i : i + 6]) for i in range(0, len(got[3]), 6))
+        assert announced.get(3) == 2  # SETTINGS_MAX_CONCURRENT_STREAMS
+        wire.send(frame(SETTINGS, ACK, 0))
+        for sid in (1, 3, 5):
+            wire.request(sid, "/t.S/M")
+        while (got := wire.next_frame()) is not None and not (got[0] == RST_STREAM and got[2] == 5):
+            assert got[0] != RST_STREAM, got  # streams 1 and 3 are served
+        assert got is not None and struct.unpack(">I", got[3])[0] == 7  # REFUSED_STREAM
+        wire.send(frame(DATA, END_STREAM, 1, b""))
+        assert wire.trailers(1)["grpc-status"] == "0"
+        wire.request(7, "/t.S/M", end=True)  # one stream ended: a new one is served
+        assert wire.trailers(7)["grpc-status"] == "0"
+    finally:
+        wire.close()
+        asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(30)  # type: ignore[attr-defined]
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@pytest.mark.parametrize("transport_server", ["h2"], indirect=True)  # grpc core sizes its windows its own way
+def test_compressed_requests_give_back_only_their_window(transport_server: ServerProcess) -> None:
+    """A stream's request window is given back as its handler reads, by what each message held on the wire: four
+    gzip requests of 100 KiB of zeros (about 130 bytes each on the wire) read by ModelStreamInfer must not credit
+    the client with their inflated size (which would let a client send far beyond the 1 MiB a stream may hold)."""
+    import gzip
+
+    from tritonclient.grpc import service_pb2
+
+    wire = Wire(transport_server.port)
+    try:
+        wire.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, (1 << 31) - 1)))  # the answers may come whole
+        wire.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1 - 65535)))
+        req = service_pb2.ModelInferRequest(model_name="identity_fp32_any")
+        tensor = req.inputs.add(name="INPUT0", datatype="FP32")
+        tensor.shape.extend([1, 25 << 10])
+        req.raw_input_contents.append(bytes(100 << 10))
+        packed = gzip.compress(req.SerializeToString())
+        message = struct.pack(">BI", 1, len(packed)) + packed
+        wire.request(1, "/inference.GRPCInferenceService/ModelStreamInfer", [("grpc-encoding", "gzip")])
+        sent = 0
+        for _ in range(4):
+            wire.send(frame(DATA, 0, 1, message))
+            sent += len(message)
+        answers, credited, got_bytes = 0, 0, bytearray()
+        while answers < 4 and (got := wire.next_frame()) is not None:
+            ftype, flags, fsid, payload = got
+            if ftype == PING and not flags & ACK:
+                wire.send(frame(PING, ACK, 0, payload))
+            elif ftype == WINDOW_UPDATE and fsid == 1:
+                credited += struct.unpack(">I", payload)[0]
+            elif ftype == DATA and fsid == 1:
+                got_bytes += payload
+                while len(got_bytes) >= 5 and len(got_bytes) >= 5 + struct.unpack(">I", got_bytes[1:5])[0]:
+                    del got_bytes[: 5 + struct.unpack(">I", got_bytes[1:5])[0]]
+                    answers += 1
+            assert ftype != RST_STREAM and ftype != GOAWAY, got
+        assert answers == 4
+        wire.send(frame(DATA, END_STREAM, 1, b""))
+        assert wire.trailers(1)["grpc-status"] == "0"
+        assert credited <= sent, (credited, sent)
+    finally:
+        wire.close()

@@ -132,13 +132,22 @@ def _fill(target: np.ndarray, pieces: list[tuple[int, memoryview]]) -> None:
         np.copyto(target[offset : offset + len(data)], np.frombuffer(data, np.uint8))
 
 
+def writable_bytes(size: int) -> tuple[bytes, memoryview]:
+    """A new bytes object of `size` bytes, uninitialised, and a writable view of its own buffer: a large message
+    is written once, straight into the bytes object its reader gets (no bytearray copied into bytes at the end).
+    Fill it through the view before anyone else sees it; keep the bytes object alive while the view is used (the
+    view does not hold it)."""
+    out: bytes = _new_bytes(None, size)
+    address = ctypes.cast(ctypes.c_char_p(out), ctypes.c_void_p).value  # c_char_p points into it, no copy
+    return out, memoryview((ctypes.c_ubyte * size).from_address(address or 0)).cast("B")
+
+
 async def serialize_large(resp: InferResponse) -> bytes:
     """The serialised ModelInferResponse, its tensor bytes copied once (by a thread from THREAD_COPY_BYTES on)."""
     head, parts = _header(resp)
     total = len(head) + sum(len(prefix) + len(data) for prefix, data in parts)
-    out: bytes = _new_bytes(None, total)  # uninitialised; filled below before anyone else sees it
-    # a writable array over the new bytes object's own buffer (c_char_p points into it, no copy)
-    writable = np.ctypeslib.as_array(ctypes.cast(ctypes.c_char_p(out), ctypes.POINTER(ctypes.c_ubyte)), (total,))
+    out, view = writable_bytes(total)
+    writable = np.frombuffer(view, np.uint8)
     small: list[tuple[int, memoryview]] = [(0, memoryview(head))]
     big: list[tuple[int, memoryview]] = []
     pos = len(head)

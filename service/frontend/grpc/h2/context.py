@@ -12,12 +12,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import grpc
+from mypy_extensions import mypyc_attr
 
 from service.frontend.grpc.h2.roles import Link
 
 EOF_MESSAGE: Any = grpc.aio.EOF  # type: ignore[attr-defined]
 
 
+@mypyc_attr(native_class=False)  # compiled, a class may not derive from ConnectionResetError natively
 class CallGone(ConnectionResetError):
     """A response written after the client reset the stream or the connection closed: the call ends silently, as
     a cancelled one (grpc.aio drops such writes too)."""
@@ -44,7 +46,8 @@ class H2Context:
         self.deadline = deadline  # time.monotonic() seconds
         self.deserialize = deserialize
         self.serialize = serialize
-        self.inbox: deque[bytes] = deque()  # complete request messages (decompressed), not yet read
+        # complete request messages (decompressed), not yet read, with their size on the wire (the window they hold)
+        self.inbox: deque[tuple[bytes, int]] = deque()
         self._waiter: asyncio.Future[None] | None = None  # a read() waiting for input
         self.cork: bytearray | None = None  # unary responses: frames gathered for one write (connection.py)
         self.half_closed = False  # END_STREAM from the client
@@ -64,8 +67,8 @@ class H2Context:
         self._callbacks: list[Callable[[Any], None]] = []
 
     # ---- inbound, fed by the connection ----------------------------------------------------------------------
-    def push(self, message: bytes) -> None:
-        self.inbox.append(message)
+    def push(self, message: bytes, wire_bytes: int) -> None:
+        self.inbox.append((message, wire_bytes))
         self._wake()
 
     def end_input(self) -> None:
@@ -100,8 +103,8 @@ class H2Context:
     async def read(self) -> Any:
         while True:
             if self.inbox:
-                raw = self.inbox.popleft()
-                self.conn.consumed(self, len(raw) + 5)
+                raw, wire_bytes = self.inbox.popleft()
+                self.conn.consumed(self, wire_bytes)  # a compressed message gives back what it held, not more
                 return self.deserialize(raw) if self.deserialize is not None else raw
             if self.failed is not None:
                 await self.abort(*self.failed)

@@ -6,15 +6,46 @@ from __future__ import annotations
 import base64
 import struct
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-S_HEADER_TABLE, S_ENABLE_PUSH, S_MAX_STREAMS, S_INITIAL_WINDOW, S_MAX_FRAME = 1, 2, 3, 4, 5
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
-FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 6, 7, 8, 9, 11
-MAX_FRAME_IN = 16384  # the default SETTINGS_MAX_FRAME_SIZE, kept for what we receive
+PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# Final: compiled with mypyc, these are constants in the C code, not module attribute lookups
+# frame types
+DATA: Final = 0
+HEADERS: Final = 1
+PRIORITY: Final = 2
+RST_STREAM: Final = 3
+SETTINGS: Final = 4
+PUSH_PROMISE: Final = 5
+PING: Final = 6
+GOAWAY: Final = 7
+WINDOW_UPDATE: Final = 8
+CONTINUATION: Final = 9
+# flags
+END_STREAM: Final = 0x1
+ACK: Final = 0x1
+END_HEADERS: Final = 0x4
+PADDED: Final = 0x8
+PRIORITY_FLAG: Final = 0x20
+# settings
+S_HEADER_TABLE: Final = 1
+S_ENABLE_PUSH: Final = 2
+S_MAX_STREAMS: Final = 3
+S_INITIAL_WINDOW: Final = 4
+S_MAX_FRAME: Final = 5
+# error codes
+NO_ERROR: Final = 0
+PROTOCOL_ERROR: Final = 1
+INTERNAL_ERROR: Final = 2
+FLOW_CONTROL_ERROR: Final = 3
+FRAME_SIZE_ERROR: Final = 6
+REFUSED_STREAM: Final = 7
+CANCEL: Final = 8
+COMPRESSION_ERROR: Final = 9
+ENHANCE_YOUR_CALM: Final = 11
+# SETTINGS_MAX_FRAME_SIZE announced for what we receive: grpc core's servers (grpcio, Triton) announce 4 MiB, so a
+# large request comes in a few large DATA frames, not thousands of 16 KiB ones (DATA is not buffered: reader.py)
+MAX_FRAME_IN: Final = 4 << 20
 
 U32 = struct.Struct(">I")
 SETTING = struct.Struct(">HI")
@@ -23,7 +54,7 @@ PREFIX = struct.Struct(">BI")  # gRPC message prefix: compressed flag, length
 _HEAD = struct.Struct(">HBBBI")  # length (24 bits: high 16 + low 8), type, flags, stream id
 
 
-def payload_bounds(buf: bytearray, flags: int, start: int, end: int, priority: bool) -> tuple[int, int] | None:
+def payload_bounds(buf: memoryview, flags: int, start: int, end: int, priority: bool) -> tuple[int, int] | None:
     """Where a DATA or HEADERS frame's content lies once its pad length (PADDED), its priority fields (HEADERS with
     PRIORITY) and its padding are taken off; None when the frame is too short to hold them (PROTOCOL_ERROR)."""
     if flags & PADDED:
@@ -37,6 +68,11 @@ def payload_bounds(buf: bytearray, flags: int, start: int, end: int, priority: b
         start += 5
     stop = end - pad
     return (start, stop) if start <= stop else None
+
+
+def head(ftype: int, flags: int, sid: int, n: int) -> bytes:
+    """A frame's 9-byte head, for a payload of n bytes written after it."""
+    return _HEAD.pack(n >> 8, n & 0xFF, ftype, flags, sid)
 
 
 def frame(ftype: int, flags: int, sid: int, payload: bytes | bytearray | memoryview = b"") -> bytes:

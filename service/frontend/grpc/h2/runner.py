@@ -16,12 +16,20 @@ from service.frontend.grpc.h2.context import EOF_MESSAGE, CallGone, H2Context
 log = logging.getLogger("trireme.grpc")
 
 
-async def _requests(ctx: H2Context) -> AsyncIterator[Any]:
-    while True:
-        message = await ctx.read()
+class _Requests:
+    """A streaming call's request messages as an async iterator (a class: mypyc compiles no async generator)."""
+
+    def __init__(self, ctx: H2Context) -> None:
+        self.ctx = ctx
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        message = await self.ctx.read()
         if message is EOF_MESSAGE:
-            return
-        yield message
+            raise StopAsyncIteration
+        return message
 
 
 async def _one_request(ctx: H2Context) -> Any:
@@ -38,7 +46,7 @@ async def _serve(ctx: H2Context, handler: grpc.RpcMethodHandler) -> None:
     if not handler.request_streaming:
         request: Any = await _one_request(ctx)
     else:
-        request = _requests(ctx)
+        request = _Requests(ctx)
     if handler.request_streaming and handler.response_streaming:
         behavior = handler.stream_stream
     elif handler.request_streaming:

@@ -61,6 +61,10 @@ class H2Server:
         self.options = dict(options)
         self.max_receive = _limit(self.options.get("grpc.max_receive_message_length"), _GRPC_DEFAULT_MAX_RECEIVE)
         self.max_send = _limit(self.options.get("grpc.max_send_message_length"), _UNLIMITED)
+        # grpc core's GRPC_ARG_MAX_CONCURRENT_STREAMS: announced in SETTINGS and enforced when given; without it
+        # nothing is announced and no stream refused, as grpc core (and so Triton, which does not set it) does
+        streams = self.options.get("grpc.max_concurrent_streams")
+        self.max_streams = -1 if streams is None or int(streams) < 0 else int(streams)
         self.compression_level = int(self.options.get("grpc.default_compression_level", 0))
         self.connections: set[H2Connection] = set()
         self._generic: list[Any] = []
