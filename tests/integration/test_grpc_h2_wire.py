@@ -161,29 +161,53 @@ def _infer_message(n: int) -> bytes:
     return struct.pack(">BI", 0, len(body)) + body
 
 
+class Windows:
+    """A sender's view of the server's flow-control windows for one stream and the connection."""
+
+    def __init__(self) -> None:
+        self.conn = self.stream = self.initial = 65535
+
+    @property
+    def room(self) -> int:
+        return min(self.conn, self.stream)
+
+    def spend(self, n: int) -> None:
+        self.conn -= n
+        self.stream -= n
+
+    def wait(self, wire: Wire) -> None:
+        """Read one frame from the server: WINDOW_UPDATEs and SETTINGS widen the windows, PINGs are answered
+        (grpc core measures the bandwidth-delay product with them before it widens its windows)."""
+        got = wire.next_frame()
+        assert got is not None, "the connection closed while the request was sent"
+        ftype, flags, sid, payload = got
+        if ftype == PING and not flags & ACK:
+            wire.send(frame(PING, ACK, 0, payload))
+        elif ftype == WINDOW_UPDATE:
+            inc = struct.unpack(">I", payload)[0]
+            if sid == 0:
+                self.conn += inc
+            else:
+                self.stream += inc
+        elif ftype == SETTINGS and not flags & ACK:
+            for i in range(0, len(payload), 6):
+                key, value = struct.unpack(">HI", payload[i : i + 6])
+                if key == 4:  # SETTINGS_INITIAL_WINDOW_SIZE
+                    self.stream, self.initial = self.stream + value - self.initial, value
+            wire.send(frame(SETTINGS, ACK, 0))
+
+
 def _send_body(wire: Wire, sid: int, message: bytes) -> None:
-    """DATA frames within the server's flow-control windows (WINDOW_UPDATEs read as they come, PINGs answered:
-    grpc core measures the bandwidth-delay product with them before it widens its windows), END_STREAM last."""
-    conn, stream, initial, view = 65535, 65535, 65535, memoryview(message)
+    """DATA frames within the server's flow-control windows, END_STREAM last."""
+    windows, view = Windows(), memoryview(message)
     while view:
-        n = min(len(view), 16384, conn, stream)
+        n = min(len(view), 16384, windows.room)
         if n <= 0:
-            got = wire.next_frame()
-            assert got is not None, "the connection closed while the request was sent"
-            ftype, flags, fsid, payload = got
-            if ftype == PING and not flags & ACK:
-                wire.send(frame(PING, ACK, 0, payload))
-            elif ftype == WINDOW_UPDATE:
-                inc = struct.unpack(">I", payload)[0]
-                conn, stream = (conn + inc, stream) if fsid == 0 else (conn, stream + inc)
-            elif ftype == SETTINGS and payload:
-                for i in range(0, len(payload), 6):
-                    key, value = struct.unpack(">HI", payload[i : i + 6])
-                    if key == 4:  # SETTINGS_INITIAL_WINDOW_SIZE
-                        stream, initial = stream + value - initial, value
+            windows.wait(wire)
             continue
         wire.send(frame(DATA, END_STREAM if n == len(view) else 0, sid, bytes(view[:n])))
-        view, conn, stream = view[n:], conn - n, stream - n
+        view = view[n:]
+        windows.spend(n)
 
 
 @pytest.mark.parametrize("transport_server", ["h2"], indirect=True)  # how h2 ends a call: grpc core's is its own
@@ -289,37 +313,25 @@ def _cut_request(wire: Wire, sid: int, message: bytes, padded: bool) -> None:
     """`message` as DATA frames of uneven sizes (1 byte, a cut prefix, full 16 KiB ones; padded ones if asked),
     their bytes sent in socket writes cut anywhere (inside frame heads too), within the server's windows."""
     sizes, writes = [1, 3, 2, 16384, 7, 9000, 16384, 100, 16384], [1, 8, 9, 10, 3, 40000, 13, 16393, 2]
-    conn, stream, initial, pos, k, out = 65535, 65535, 65535, 0, 0, bytearray()
+    windows, pos, k, out = Windows(), 0, 0, bytearray()
     while pos < len(message):
         pad = 5 if padded and k % 3 == 2 else 0
         n = min(sizes[k % len(sizes)], len(message) - pos, 16384 - (pad + 1 if pad else 0))
-        if n + pad + (1 if pad else 0) > min(conn, stream):
+        if n + pad + (1 if pad else 0) > windows.room:
             w = 0
             while out:  # what is built goes first, then the windows are waited for
                 step = writes[w % len(writes)]
                 wire.send(bytes(out[:step]))
                 del out[:step]
                 w += 1
-            got = wire.next_frame()
-            assert got is not None, "the connection closed while the request was sent"
-            ftype, flags, fsid, payload = got
-            if ftype == PING and not flags & ACK:
-                wire.send(frame(PING, ACK, 0, payload))
-            elif ftype == WINDOW_UPDATE:
-                inc = struct.unpack(">I", payload)[0]
-                conn, stream = (conn + inc, stream) if fsid == 0 else (conn, stream + inc)
-            elif ftype == SETTINGS and not flags & ACK:
-                for i in range(0, len(payload), 6):
-                    key, value = struct.unpack(">HI", payload[i : i + 6])
-                    if key == 4:  # SETTINGS_INITIAL_WINDOW_SIZE
-                        stream, initial = stream + value - initial, value
-                wire.send(frame(SETTINGS, ACK, 0))
+            windows.wait(wire)
             continue
         last = END_STREAM if pos + n == len(message) else 0
         body = message[pos : pos + n]
         payload = bytes((pad,)) + body + bytes(pad) if pad else body
         out += frame(DATA, last | (PADDED if pad else 0), sid, payload)
-        conn, stream, pos, k = conn - len(payload), stream - len(payload), pos + n, k + 1
+        windows.spend(len(payload))
+        pos, k = pos + n, k + 1
     w = 0
     while out:
         step = writes[w % len(writes)]
