@@ -8,6 +8,7 @@ import json
 import queue
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,7 @@ def test_statistics_and_metrics_count_every_frontend(server: ServerProcess, pair
 
 def test_shm_registered_through_one_frontend_used_through_the_other(pair: tuple[Any, Any]) -> None:
     a, b = pair
-    key = f"/fe_shm_{time.monotonic_ns()}"
+    key = f"/fe_shm_{uuid.uuid4().hex[:12]}"
     handle = shm.create_shared_memory_region("fe_region", key, 32)
     try:
         shm.set_shared_memory_region(handle, [np.array([1, 2, 3, 4], dtype=np.float32)])
