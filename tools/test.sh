@@ -159,7 +159,7 @@ if [ "${TRIREME_SECOND_PASS:-1}" != 0 ]; then
 fi
 first_start=$(date +%s)
 first_rc=0
-step "pytest pass 1: $* (the compiled build unless TRIREME_COMPILED=0)"
+step "pytest pass 1: the compiled build (unless TRIREME_COMPILED=0), default settings $*"
 .venv/bin/python -m pytest -q "$@" || first_rc=$?
 first_s=$(( $(date +%s) - first_start ))
 step "pytest pass 1 ended: exit code $first_rc after $first_s s"
