@@ -123,8 +123,9 @@ if [ "${TRIREME_IMAGE_TEST:-1}" != 0 ]; then
 else
   step "container image: skipped (TRIREME_IMAGE_TEST=0)"
 fi
-# The whole suite runs twice, both passes at once (they mostly wait on server start-ups and worker processes, so
-# side by side on 2 cores each takes about as long as alone, and CI stays well under 40 minutes):
+# The whole suite runs twice, both passes at once: they mostly wait on server start-ups and worker processes, so
+# side by side on 2 cores the two take about a third longer than the longer one alone, not twice as long, and CI
+# stays well under 40 minutes:
 # - pass 1: the compiled build (unless TRIREME_COMPILED=0), default settings: one front-end process, gRPC on the
 #   default transport (h2, Trireme's own); every test;
 # - pass 2: the same suite with two front-end processes in front of one core process (--frontend-processes 2; the
