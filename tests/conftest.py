@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -17,23 +18,10 @@ from typing import Any
 
 import pytest
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_REPO = ROOT / "service" / "example_models"
-
-
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now and not handed out before in this test run (a server takes
-    several ports picked one after another: the kernel may offer a just-closed one again)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
 
 
 def worker_children(pid: int) -> list[int]:
@@ -223,3 +211,20 @@ def shm_entries() -> set[str]:
         return set(os.listdir("/dev/shm"))
     except OSError:
         return set()
+
+
+@pytest.fixture
+def machine_wide_shm_names() -> Iterator[None]:
+    """Runs the test alone among the tests that ask for this fixture in every test process on this machine.
+
+    For tests whose client names its system shared-memory segments itself, with names that are machine-wide and not
+    configurable: real perf_analyzer with --shared-memory (its regions are /INPUT0_0_0, /OUTPUT0, ...) and
+    trireme-perf, which uses the same names. tools/test.sh runs its two pytest passes at once; two such clients
+    at the same moment would create, overwrite and unlink each other's segments. The lock (flock on a file in the
+    temp directory) is held for the test and released by the kernel if the process dies."""
+    with open(os.path.join(tempfile.gettempdir(), "trireme-test-shm-names.lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -123,17 +123,61 @@ if [ "${TRIREME_IMAGE_TEST:-1}" != 0 ]; then
 else
   step "container image: skipped (TRIREME_IMAGE_TEST=0)"
 fi
-step "pytest $* (the compiled build unless TRIREME_COMPILED=0)"
-.venv/bin/python -m pytest -q "$@"
-# the same suite with two front-end processes in front of one core process (--frontend-processes 2; the flag's
-# default comes from TRIREME_FRONTEND_PROCESSES), on the pure-Python build: everything a client sees must hold
-# both ways, on both builds. TRIREME_SECOND_PASS=0 skips it. Tests marked single_pass (framework backends, cloud
-# storage services, per-model environments, fresh-venv installs: nothing in them changes with the build or the
-# front-end mode, and the paths they share with the rest run in both passes) run in the first pass only, which
-# keeps CI well under 40 minutes. The first pass serves gRPC on the default transport (h2, Trireme's own), the
-# second on grpcio, so each has the whole suite once; test_grpc_transport.py and test_grpc_h2_*.py run every
-# transport in both passes.
+# The whole suite runs twice, both passes at once: they mostly wait on server start-ups and worker processes, so
+# side by side on 2 cores the two take about a third longer than the longer one alone, not twice as long, and CI
+# stays well under 40 minutes:
+# - pass 1: the compiled build (unless TRIREME_COMPILED=0), default settings: one front-end process, gRPC on the
+#   default transport (h2, Trireme's own); every test;
+# - pass 2: the same suite with two front-end processes in front of one core process (--frontend-processes 2; the
+#   flag's default comes from TRIREME_FRONTEND_PROCESSES), on the pure-Python build (TRIREME_PURE_PYTHON=1: the
+#   compiled .so files stay beside the sources, service/compiled.py's finder ignores them in every process it
+#   starts), gRPC on grpcio. Tests marked single_pass (framework backends, cloud storage services, per-model
+#   environments, fresh-venv installs: nothing in them changes with the build or the front-end mode, and the paths
+#   they share with the rest run in both passes) and benchmarks run in pass 1 only.
+# So everything a client sees holds both ways, on both builds, and each gRPC transport has the whole suite once
+# (test_grpc_transport.py and test_grpc_h2_*.py run every transport in both passes). Both passes share this
+# checkout and the machine: the tests' ports (tests/ports.py), shared-memory keys and temporary names are their
+# own, and the few whose client uses perf_analyzer's fixed segment names take a machine-wide lock
+# (tests/conftest.py, machine_wide_shm_names). Pass 2 writes to a log file, printed when pass 1 has ended.
+# TRIREME_SECOND_PASS=0 skips pass 2. The run fails if either pass fails.
+second_pid=""
+second_log=""
 if [ "${TRIREME_SECOND_PASS:-1}" != 0 ]; then
-  step "pytest again with two front-end processes, pure Python, grpcio (TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1 TRIREME_GRPC_TRANSPORT=grpcio) $*"
-  TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1 TRIREME_GRPC_TRANSPORT=grpcio .venv/bin/python -m pytest -q -m "not benchmark and not single_pass" "$@"
+  second_log=$(mktemp "${TMPDIR:-/tmp}/trireme-pass2.XXXXXX")
+  second_pass() {
+    local start rc=0
+    start=$(date +%s)
+    step "pytest pass 2 started in the background: two front-end processes, pure Python, grpcio (TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1 TRIREME_GRPC_TRANSPORT=grpcio) -m \"not benchmark and not single_pass\" $*; output to $second_log"
+    TRIREME_FRONTEND_PROCESSES=2 TRIREME_PURE_PYTHON=1 TRIREME_GRPC_TRANSPORT=grpcio \
+      .venv/bin/python -m pytest -q -m "not benchmark and not single_pass" "$@" >"$second_log" 2>&1 || rc=$?
+    echo "$rc $(( $(date +%s) - start ))" >"$second_log.status"
+    return "$rc"
+  }
+  second_pass "$@" &
+  second_pid=$!
+  # stopped with the script (Ctrl-C, a CI timeout, a failed step): pass 2's pytest too, not left running
+  trap 'if kill -0 "$second_pid" 2>/dev/null; then pkill -TERM -P "$second_pid" 2>/dev/null; kill "$second_pid" 2>/dev/null; fi' EXIT
 fi
+first_start=$(date +%s)
+first_rc=0
+step "pytest pass 1: the compiled build (unless TRIREME_COMPILED=0), default settings $*"
+.venv/bin/python -m pytest -q "$@" || first_rc=$?
+first_s=$(( $(date +%s) - first_start ))
+step "pytest pass 1 ended: exit code $first_rc after $first_s s"
+if [ -n "$second_pid" ]; then
+  if kill -0 "$second_pid" 2>/dev/null; then
+    step "waiting for pytest pass 2 (running in the background)"
+  fi
+  wait "$second_pid" || true
+  read -r second_rc second_s 2>/dev/null <"$second_log.status" || { second_rc=1; second_s="?"; }
+  step "pytest pass 2 output (two front-end processes, pure Python, grpcio):"
+  cat "$second_log"
+  rm -f "$second_log" "$second_log.status"
+  step "pytest pass 1 (compiled, defaults): exit code $first_rc, $first_s s; pass 2 (two front-end processes, pure Python, grpcio): exit code $second_rc, $second_s s"
+  if [ "$first_rc" != 0 ] || [ "$second_rc" != 0 ]; then
+    exit 1
+  fi
+else
+  step "pytest pass 2: skipped (TRIREME_SECOND_PASS=0)"
+fi
+exit "$first_rc"

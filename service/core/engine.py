@@ -20,8 +20,8 @@ from service.core.pipeline.callbacks import Classifier, admitted, traced
 from service.core.pipeline.shm_holds import ShmHolds
 from service.core.pipeline.validation import check_model_name, validate_request
 from service.core.repository.override import ModelFileDirs
+from service.core.repository.reports import model_statistics, repository_index
 from service.core.repository.repository import READY, ModelRepository, ModelVersion
-from service.core.repository.signature import parse_version
 from service.core.scheduling.ensemble_graph import step_model_names
 from service.errors import ErrorCode, ServiceError
 from service.types import IndexEntry, InferRequest, InferResponse, ModelMetadata, ResponseCallback, TensorMetadata
@@ -251,43 +251,11 @@ class Engine:
 
     def statistics(self, name: str = "", version: str = "") -> list[tuple[str, str, ModelStats]]:
         """(name, version, stats) for one model/version or every READY one."""
-        if not name:
-            return [
-                (e.name, str(v), mv.stats)
-                for e in sorted(self.repository.models.values(), key=lambda e: e.name)
-                for v, mv in sorted(e.versions.items())
-                if mv.state == READY
-            ]
-        entry = self.repository.entry(name)
-        ready = {v: mv for v, mv in (entry.versions.items() if entry else []) if mv.state == READY}
-        if not ready:
-            raise ServiceError(ErrorCode.INVALID_ARG, f"requested model '{name}' is not available")
-        if version:
-            mv = ready.get(parse_version(version))
-            if mv is None:
-                raise ServiceError(
-                    ErrorCode.INVALID_ARG, f"requested model version is not available for model '{name}'"
-                )
-            return [(name, version, mv.stats)]
-        return [(name, str(v), mv.stats) for v, mv in sorted(ready.items())]
+        return model_statistics(self.repository, name, version)
 
     def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         """One row per (model, version) known, or just the name for never-loaded models."""
-        rows = []
-        for entry in sorted(self.repository.models.values(), key=lambda e: e.name):
-            if entry.error and not entry.versions:
-                if not ready_only:
-                    rows.append(IndexEntry(entry.name, "", "UNAVAILABLE", entry.error))
-                continue
-            if not entry.versions:
-                if not ready_only:
-                    rows.append(IndexEntry(entry.name))
-                continue
-            for v, mv in sorted(entry.versions.items()):
-                if ready_only and mv.state != READY:
-                    continue
-                rows.append(IndexEntry(entry.name, str(v), mv.state, mv.reason))
-        return rows
+        return repository_index(self.repository, ready_only)
 
     # ---- inference ----------------------------------------------------------------------------------------
     def prepare(self, request: InferRequest) -> ModelVersion:

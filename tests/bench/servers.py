@@ -21,16 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from load.tools import tools_dir
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ANCHORS = tools_dir()  # tools/install-triton-tools.sh installs here ($TRIREME_TOOLS)
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 90) -> None:

@@ -54,6 +54,7 @@ def test_perf_analyzer_http_concurrency_sweep(start_server: Any, tmp_path: Path)
 @pytest.mark.anchors
 @pytest.mark.slow
 @needs_perf_analyzer
+@pytest.mark.usefixtures("machine_wide_shm_names")  # perf_analyzer's segment names are machine-wide (conftest.py)
 def test_perf_analyzer_http_system_shared_memory(start_server: Any, tmp_path: Path) -> None:
     before = shm_entries()
     copy_example(tmp_path, "identity_fp32_any")

@@ -16,6 +16,8 @@ PERF_ANALYZER = str(tool("perf_analyzer"))
 
 pytestmark = [
     pytest.mark.anchors,
+    # perf_analyzer's segment names are machine-wide: one such test at a time on this machine (tests/conftest.py)
+    pytest.mark.usefixtures("machine_wide_shm_names"),
     pytest.mark.skipif(not os.access(PERF_ANALYZER, os.X_OK), reason="perf_analyzer is not installed"),
 ]
 

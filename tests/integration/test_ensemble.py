@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -267,7 +268,7 @@ def test_shared_memory_at_the_edges(client) -> None:  # type: ignore[no-untyped-
     import tritonclient.utils.shared_memory as shm
 
     x = np.arange(16, dtype=np.float32)
-    key = f"/trireme_test_ens_{id(client)}"
+    key = f"/trireme_test_ens_{uuid.uuid4().hex[:12]}"
     handle = shm.create_shared_memory_region("ens_region", key, 2 * x.nbytes)
     try:
         shm.set_shared_memory_region(handle, [x])

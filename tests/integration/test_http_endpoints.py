@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -150,7 +151,7 @@ def test_system_shared_memory_over_http(server: ServerProcess, client: httpclien
     client.unregister_cuda_shared_memory()
     x = np.arange(4, dtype=np.float32)
     y = np.full(4, 2, np.float32)
-    key = f"/http_test_{server.http_port}"
+    key = f"/http_test_{uuid.uuid4().hex[:12]}"
     handle = shm.create_shared_memory_region("http_io", key, 64)
     try:
         shm.set_shared_memory_region(handle, [x, y])

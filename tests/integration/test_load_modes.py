@@ -174,6 +174,7 @@ def _status(url: str) -> dict[str, Any]:
     return dict(resp.regions)
 
 
+@pytest.mark.usefixtures("machine_wide_shm_names")  # perf_analyzer's segment names, machine-wide (conftest.py)
 def test_system_shared_memory(server: ServerHandle, tmp_path: Path) -> None:
     doc, rows = run_ok(server, tmp_path, "-m", "identity_fp32", "--shared-memory", "system", "--concurrency-range", "2")
     check_consistent(doc, rows, [2])

@@ -4,6 +4,7 @@ shared-memory inputs read at request time, ensembles, and the requests the cache
 from __future__ import annotations
 
 import queue
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,9 +210,10 @@ def test_decoupled_and_sequence_models_bypass_the_cache(server: ServerProcess) -
 
 def test_shared_memory_inputs_are_read_at_request_time(client: Any) -> None:
     x = np.arange(16, dtype=np.float32)
-    handle = shm.create_shared_memory_region("cache_in", "/trireme_cache_in", x.nbytes)
+    key = f"/trireme_test_cache_in_{uuid.uuid4().hex[:12]}"  # unique: another test run may be at this test too
+    handle = shm.create_shared_memory_region("cache_in", key, x.nbytes)
     try:
-        client.register_system_shared_memory("cache_in", "/trireme_cache_in", x.nbytes)
+        client.register_system_shared_memory("cache_in", key, x.nbytes)
 
         def shm_infer() -> Any:
             inp = grpcclient.InferInput("IN", [16], "FP32")
@@ -234,9 +236,10 @@ def test_shared_memory_inputs_are_read_at_request_time(client: Any) -> None:
 
 def test_outputs_to_shared_memory_bypass_the_cache(client: Any) -> None:
     x = np.full(4, 3, np.float32)
-    handle = shm.create_shared_memory_region("cache_out", "/trireme_cache_out", 64)
+    key = f"/trireme_test_cache_out_{uuid.uuid4().hex[:12]}"
+    handle = shm.create_shared_memory_region("cache_out", key, 64)
     try:
-        client.register_system_shared_memory("cache_out", "/trireme_cache_out", 64)
+        client.register_system_shared_memory("cache_out", key, 64)
         runs = []
         for _ in range(2):
             inp = grpcclient.InferInput("IN", [4], "FP32")

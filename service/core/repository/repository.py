@@ -28,11 +28,11 @@ from service.core.repository.loading.namespaces import ambiguous, scan_namespace
 from service.core.repository.loading.plan import plan_load
 from service.core.repository.loading.preparation import ConfigPreparation
 from service.core.repository.loading.slots import LoadSlots
+from service.core.repository.loading.unloading import Unloading
 from service.core.repository.model_version import (
     LOADING,
     READY,
     UNAVAILABLE,
-    UNLOADED,
     UNLOADING,
     ModelEntry,
     ModelVersion,
@@ -44,14 +44,12 @@ from service.core.repository.versions import build_signature, scan_repositories
 from service.core.repository.warmup import run_warmup
 from service.core.scheduling.ensemble import LoadBarrier
 from service.core.scheduling.ensemble_graph import step_model_names
-from service.core.scheduling.scheduler import InstanceScheduler, Scheduler
+from service.core.scheduling.scheduler import Scheduler
 from service.errors import ErrorCode, ServiceError
 from service.instances.pool import InstancePool
 from service.ipc.devices import visible_gpu_count
 
 log = logging.getLogger("trireme.repository")
-
-FINALIZE_TIMEOUT_S = 10.0  # how long an idle instance's finalize() may take before it is killed
 
 
 @dataclass(slots=True)
@@ -77,8 +75,9 @@ class RepositoryOptions:
 SchedulerFactory = Callable[[ModelVersion, "InstancePool | None"], Scheduler]
 
 
-class ModelRepository(ConfigPreparation):
-    """Owns every model entry; loads, reloads and unloads versions (configs and specs: loading/preparation.py)."""
+class ModelRepository(ConfigPreparation, Unloading):
+    """Owns every model entry; loads, reloads and unloads versions (configs and specs: loading/preparation.py;
+    unloading and draining: loading/unloading.py)."""
 
     def __init__(self, paths: list[str], options: RepositoryOptions, scheduler_factory: SchedulerFactory) -> None:
         self.paths = paths
@@ -298,76 +297,6 @@ class ModelRepository(ConfigPreparation):
             mv.state, mv.reason = UNAVAILABLE, f"{type(e).__name__}: {e}"
             log.exception("failed to load '%s' version %d", entry.name, version)
         return mv
-
-    # ---- unload ---------------------------------------------------------------------------------------------
-    async def unload(self, name: str) -> None:
-        """Unload every version of a model: new requests are refused at once, in-flight ones finish first.
-
-        Unloading a model that is not loaded (or not known) does nothing, as in Triton.
-        """
-        entry = self.models.get(name)
-        if entry is None:
-            await asyncio.gather(*(self.unload(key) for key in self.shared.get(name, [])))
-            return
-        async with entry.lock:
-            leaving = [mv for mv in entry.versions.values() if mv.state == READY]
-            for mv in leaving:
-                mv.state = UNLOADING
-            entry.state = UNLOADING if leaving else entry.state
-            await self.agents.run(self.agents.unload_begin, entry.model_dir)
-            await asyncio.gather(*(self._retire(mv) for mv in leaving))
-            await self.agents.run(self.agents.unload_end, entry.model_dir)
-            for mv in entry.versions.values():
-                mv.state, mv.reason = UNAVAILABLE, UNLOADED
-            entry.state = UNAVAILABLE if entry.versions else ""
-            entry.seen = None
-
-    async def remove(self, name: str) -> None:
-        """The model's directory is gone (poll mode): unload it and forget it."""
-        await self.unload(name)
-        entry = self.models.get(name)
-        if entry is not None and not entry.lock.locked():
-            del self.models[name]
-
-    async def _retire(self, mv: ModelVersion) -> None:
-        """Drain a version that is out of routing (bounded by the unload timeout), then finalize its instances."""
-        self._leaving.add(mv)
-        timeout = self.options.unload_timeout_s
-        try:
-            drained = mv.scheduler is None or await mv.scheduler.drain(timeout)
-            if not drained:
-                log.warning(
-                    "'%s' version %d still had requests in flight after %g s; stopping it anyway",
-                    mv.name,
-                    mv.version,
-                    timeout,
-                )
-            await self._stop_version(
-                mv,
-                f"model '{mv.name}' version {mv.version} was unloaded before the request finished "
-                f"(unload timeout {timeout:g} s)",
-                FINALIZE_TIMEOUT_S if drained else 1.0,  # busy past the timeout: stop it now
-            )
-        finally:
-            self._leaving.discard(mv)
-        if mv.state == UNLOADING:
-            mv.state, mv.reason = UNAVAILABLE, UNLOADED
-        log.info("successfully unloaded '%s' version %d", mv.name, mv.version, extra={"model": mv.name})
-
-    async def _stop_version(self, mv: ModelVersion, reason: str = "", timeout_s: float = FINALIZE_TIMEOUT_S) -> None:
-        if mv.scheduler is not None:
-            if isinstance(mv.scheduler, InstanceScheduler):
-                mv.scheduler.leave_rate_limiter()
-            await mv.scheduler.stop()
-        if mv.pool is not None:
-            await mv.pool.stop(timeout_s, reason)
-
-    async def stop(self) -> None:
-        """Unload everything."""
-        mvs = {mv for e in self.models.values() for mv in e.versions.values()} | self._leaving
-        await asyncio.gather(*(self._stop_version(mv) for mv in mvs), return_exceptions=True)
-        await self.agents.run(self.agents.unload_all)
-        self.storage.close()
 
     # ---- lookup -----------------------------------------------------------------------------------------
     def ready_versions(self) -> list[tuple[dict[str, str], ModelVersion]]:

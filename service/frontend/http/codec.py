@@ -16,6 +16,7 @@ import orjson
 
 from service.core.engine import TensorMetadata
 from service.errors import ErrorCode, ServiceError, invalid_arg
+from service.frontend.http.json_tensors import json_data_to_bytes, json_output_data
 from service.frontend.http.util import check_json_depth
 from service.types import (
     FLAG_SEQUENCE_END,
@@ -27,7 +28,7 @@ from service.types import (
     ShmRef,
     unresolved_shm_ref,
 )
-from shm.tensor import DATATYPE_TO_NUMPY, ELEMENT_SIZE, deserialize_bytes, element_count, serialize_bytes
+from shm.tensor import ELEMENT_SIZE, element_count, serialize_bytes
 
 INFER_HEADER = "Inference-Header-Content-Length"
 # output-size guard: JSON text takes 5-20 bytes per element, so a large output is refused as JSON (binary is fine)
@@ -126,54 +127,6 @@ def _shm_ref(params: dict[str, Any], tensor: str) -> ShmRef | None:
     size = _uint(params["shared_memory_byte_size"], "shared_memory_byte_size")
     offset = _uint(params.get("shared_memory_offset", 0), "shared_memory_offset")
     return unresolved_shm_ref(region, offset, size)
-
-
-def _flatten_strings(data: Any, out: list[bytes]) -> None:
-    if isinstance(data, list):
-        for item in data:
-            _flatten_strings(item, out)
-    elif isinstance(data, str):
-        out.append(data.encode())
-    else:
-        raise ServiceError(ErrorCode.INTERNAL, "Unable to parse 'data': expected JSON strings for BYTES data")
-
-
-def json_data_to_bytes(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
-    """A JSON `data` value (nested or flat, row-major) as the tensor's raw wire bytes."""
-    count = element_count(shape)
-    if datatype == "BYTES":
-        items: list[bytes] = []
-        _flatten_strings(data, items)
-        if len(items) != count:
-            raise ServiceError(
-                ErrorCode.INTERNAL, "Unable to parse 'data': Shape does not match true shape of 'data' field"
-            )
-        return serialize_bytes(items)
-    dtype = DATATYPE_TO_NUMPY.get(datatype)
-    if dtype is None or datatype == "FP16":
-        if datatype in ("FP16", "BF16"):
-            raise invalid_arg(
-                f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input "
-                f"'{name}'"
-            )
-        raise invalid_arg(f"invalid datatype '{datatype}' of input '{name}'")
-    if datatype == "BOOL" and not _all_bools(data):
-        raise ServiceError(ErrorCode.INTERNAL, "Unable to parse 'data': expected JSON booleans for BOOL data")
-    try:
-        array = np.array(data, dtype=dtype)
-    except (ValueError, TypeError, OverflowError) as e:
-        raise ServiceError(ErrorCode.INTERNAL, f"Unable to parse 'data' of input '{name}': {e}") from None
-    if array.size != count:
-        raise ServiceError(
-            ErrorCode.INTERNAL, "Unable to parse 'data': Shape does not match true shape of 'data' field"
-        )
-    return array.tobytes()
-
-
-def _all_bools(data: Any) -> bool:
-    if isinstance(data, list):
-        return all(_all_bools(d) for d in data)
-    return isinstance(data, bool)
 
 
 INT64_MAX = (1 << 63) - 1
@@ -341,23 +294,6 @@ def decode_raw(
 
 
 # ---- responses -----------------------------------------------------------------------------------------------
-def _json_data(name: str, datatype: str, data: bytes | memoryview, count: int) -> Any:
-    if datatype == "BYTES":
-        try:
-            return [b.decode() for b in deserialize_bytes(data, count)]
-        except UnicodeDecodeError as e:  # JSON holds text: never alter the bytes (no U+FFFD), say how to get them
-            raise invalid_arg(
-                f"output '{name}' holds BYTES that are not valid UTF-8 (at byte {e.start} of an element) and cannot "
-                "be returned as JSON; request it as binary data (output parameter 'binary_data': true)"
-            ) from None
-    dtype = DATATYPE_TO_NUMPY.get(datatype)
-    if dtype is None:
-        raise ServiceError(
-            ErrorCode.INVALID_ARG, f"datatype {datatype} cannot be returned as JSON; request binary_data"
-        )
-    return np.frombuffer(data, dtype=dtype)
-
-
 def encode_response(resp: InferResponse, choice: OutputChoice) -> tuple[bytes, int]:
     """InferResponse -> (body, JSON header length); the header length is -1 when the body is all JSON."""
     out: dict[str, Any] = {}
@@ -386,7 +322,7 @@ def encode_response(resp: InferResponse, choice: OutputChoice) -> tuple[bytes, i
                     f"output '{o.name}' holds {len(data)} bytes, more than the {MAX_JSON_OUTPUT_BYTES} that can be "
                     "returned as JSON; request it as binary data (output parameter 'binary_data': true)"
                 )
-            entry["data"] = _json_data(o.name, o.datatype, data, element_count(o.shape))
+            entry["data"] = json_output_data(o.name, o.datatype, data, element_count(o.shape))
         outputs.append(entry)
     out["outputs"] = outputs
     try:

@@ -19,7 +19,7 @@ import orjson
 from service.core.engine import TensorMetadata
 from service.core.facade import Facade
 from service.errors import ErrorCode, ServiceError, invalid_arg
-from service.frontend.http.codec import json_data_to_bytes
+from service.frontend.http.json_tensors import json_data_to_bytes
 from service.frontend.http.message import JSON, Request, Response, Stream
 from service.frontend.http.util import error_body, read_json_object, to_service_error
 from service.types import InferRequest, InferResponse, InputTensor
