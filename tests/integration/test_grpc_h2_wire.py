@@ -43,6 +43,11 @@ class Wire:
     def close(self) -> None:
         self.sock.close()
 
+    def open_windows(self) -> None:
+        """The largest windows HTTP/2 allows, for the stream and the connection: answers may come whole."""
+        self.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, (1 << 31) - 1)))
+        self.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1 - 65535)))
+
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
@@ -149,15 +154,20 @@ def test_unanswered_keepalive_closes(start_server) -> None:  # type: ignore[no-u
         again.close()
 
 
-def _infer_message(n: int) -> bytes:
-    """A length-prefixed ModelInfer request for identity_fp32_any with n float32 values."""
+def _infer_body(values: np.ndarray) -> bytes:
+    """A serialised ModelInfer request for identity_fp32_any with `values` (float32) as its INPUT0."""
     from tritonclient.grpc import service_pb2
 
     req = service_pb2.ModelInferRequest(model_name="identity_fp32_any")
     tensor = req.inputs.add(name="INPUT0", datatype="FP32")
-    tensor.shape.extend([1, n])
-    req.raw_input_contents.append(bytes(4 * n))
-    body = req.SerializeToString()
+    tensor.shape.extend(values.shape)
+    req.raw_input_contents.append(values.tobytes())
+    return req.SerializeToString()
+
+
+def _infer_message(n: int) -> bytes:
+    """A length-prefixed ModelInfer request for identity_fp32_any with n float32 zeros."""
+    body = _infer_body(np.zeros((1, n), dtype=np.float32))
     return struct.pack(">BI", 0, len(body)) + body
 
 
@@ -218,8 +228,7 @@ def test_answer_after_the_connection_failed_ends_quietly(transport_server: Serve
     wire = Wire(transport_server.port)
     try:
         # The client opens its windows wide, asks for a 32 MiB answer and stops reading.
-        wire.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, (1 << 31) - 1)))
-        wire.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1 - 65535)))
+        wire.open_windows()
         wire.request(1, "/inference.GRPCInferenceService/ModelInfer")
         _send_body(wire, 1, _infer_message(8 << 20))
         time.sleep(2.0)  # the answer fills the socket buffers; the rest waits in the server's transport
@@ -318,12 +327,7 @@ def _cut_request(wire: Wire, sid: int, message: bytes, padded: bool) -> None:
         pad = 5 if padded and k % 3 == 2 else 0
         n = min(sizes[k % len(sizes)], len(message) - pos, 16384 - (pad + 1 if pad else 0))
         if n + pad + (1 if pad else 0) > windows.room:
-            w = 0
-            while out:  # what is built goes first, then the windows are waited for
-                step = writes[w % len(writes)]
-                wire.send(bytes(out[:step]))
-                del out[:step]
-                w += 1
+            _send_cut(wire, out, writes)  # what is built goes first, then the windows are waited for
             windows.wait(wire)
             continue
         last = END_STREAM if pos + n == len(message) else 0
@@ -332,6 +336,11 @@ def _cut_request(wire: Wire, sid: int, message: bytes, padded: bool) -> None:
         out += frame(DATA, last | (PADDED if pad else 0), sid, payload)
         windows.spend(len(payload))
         pos, k = pos + n, k + 1
+    _send_cut(wire, out, writes)
+
+
+def _send_cut(wire: Wire, out: bytearray, writes: list[int]) -> None:
+    """All of `out`, in socket writes of the sizes `writes` cycles through (emptying `out`)."""
     w = 0
     while out:
         step = writes[w % len(writes)]
@@ -350,14 +359,9 @@ def test_request_cut_anywhere_answered_whole(transport_server: ServerProcess) ->
 
     wire = Wire(transport_server.port)
     try:
-        wire.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, (1 << 31) - 1)))  # the answer may come whole
-        wire.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1 - 65535)))
+        wire.open_windows()
         values = np.random.default_rng(7).random((1, 75 << 10), dtype=np.float32)
-        req = service_pb2.ModelInferRequest(model_name="identity_fp32_any")
-        tensor = req.inputs.add(name="INPUT0", datatype="FP32")
-        tensor.shape.extend(values.shape)
-        req.raw_input_contents.append(values.tobytes())
-        body = req.SerializeToString()
+        body = _infer_body(values)
         wire.request(1, "/inference.GRPCInferenceService/ModelInfer")
         padded = transport_server.transport == "h2"  # type: ignore[attr-defined]
         _cut_request(wire, 1, struct.pack(">BI", 0, len(body)) + body, padded)
@@ -442,17 +446,10 @@ def test_compressed_requests_give_back_only_their_window(transport_server: Serve
     the client with their inflated size (which would let a client send far beyond the 1 MiB a stream may hold)."""
     import gzip
 
-    from tritonclient.grpc import service_pb2
-
     wire = Wire(transport_server.port)
     try:
-        wire.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, (1 << 31) - 1)))  # the answers may come whole
-        wire.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1 - 65535)))
-        req = service_pb2.ModelInferRequest(model_name="identity_fp32_any")
-        tensor = req.inputs.add(name="INPUT0", datatype="FP32")
-        tensor.shape.extend([1, 25 << 10])
-        req.raw_input_contents.append(bytes(100 << 10))
-        packed = gzip.compress(req.SerializeToString())
+        wire.open_windows()
+        packed = gzip.compress(_infer_body(np.zeros((1, 25 << 10), dtype=np.float32)))  # 100 KiB of zeros
         message = struct.pack(">BI", 1, len(packed)) + packed
         wire.request(1, "/inference.GRPCInferenceService/ModelStreamInfer", [("grpc-encoding", "gzip")])
         sent = 0
