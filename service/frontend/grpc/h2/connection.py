@@ -79,7 +79,7 @@ class H2Connection(asyncio.Protocol):
             self.goaway(f.INTERNAL_ERROR, "internal error")
 
     def stopped(self) -> bool:
-        """The connection is closing: the reader stops handing out frames."""
+        """The connection is closing (or not made yet): no more frames are read, nothing more is written."""
         return self._t is None or self._t.is_closing()
 
     # ---- requests --------------------------------------------------------------------------------------------
@@ -185,7 +185,7 @@ class H2Connection(asyncio.Protocol):
     def consumed(self, ctx: H2Context, nbytes: int) -> None:
         """The handler read a message of nbytes on the wire: its window may be credited."""
         st = self._streams.get(ctx.sid)
-        if st is not None and st.ctx is ctx and self._t is not None and not self._t.is_closing():
+        if st is not None and st.ctx is ctx and not self.stopped():
             st.inbound.held -= nbytes
             self._credit(st)
 
@@ -256,19 +256,19 @@ class H2Connection(asyncio.Protocol):
 
     def goaway(self, code: int, why: str) -> None:
         """A connection error: GOAWAY with the code, then close."""
-        if self._t is not None and not self._t.is_closing():
+        if not self.stopped():
             self._t.write(f.frame(f.GOAWAY, 0, 0, f.GOAWAY_HEAD.pack(self._last_sid, code) + why.encode()))
             self._t.close()
 
     def shutdown(self) -> None:
         """GOAWAY(NO_ERROR) with the last stream taken; the connection closes once the calls in flight end."""
-        if self._t is not None and not self._t.is_closing():
+        if not self.stopped():
             self._t.write(f.frame(f.GOAWAY, 0, 0, f.GOAWAY_HEAD.pack(self._last_sid, f.NO_ERROR)))
             self._closing = True
             self._after_stream()
 
     def write_raw(self, data: bytes) -> None:
-        if self._t is not None and not self._t.is_closing():
+        if not self.stopped():
             self._t.write(data)
 
     def abort_connection(self) -> None:

@@ -95,9 +95,8 @@ class Inbound:
         try:
             d = zlib.decompressobj(wbits)
             out = d.decompress(message, self.limit + 1)
-        except zlib.error as e:
+        except zlib.error:
             self._fail(grpc.StatusCode.INTERNAL, f"Unexpected error decompressing data for algorithm {self.encoding}")
-            del e
             return None
         if len(out) > self.limit:
             self._fail(
