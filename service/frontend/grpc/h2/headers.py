@@ -47,8 +47,7 @@ def read_head(headers: list[tuple[bytes, bytes]]) -> RequestHead:
     than "trailers", a :scheme other than http/https, an unknown pseudo-header or a header name with capitals
     ends the call with INTERNAL and grpc core's message. Any content-type is taken, as grpc core takes it."""
     path, encoding, timeout = "", "identity", None
-    method = scheme = authority = host = te = b""
-    error = ""
+    method = scheme = authority = host = te = illegal = b""
     accept: tuple[str, ...] = ()
     metadata: list[tuple[str, str | bytes]] = []
     for name, value in headers:
@@ -61,8 +60,8 @@ def read_head(headers: list[tuple[bytes, bytes]]) -> RequestHead:
                 scheme = value
             elif name == b":authority":
                 authority = value
-            elif not error:
-                error = f"Illegal header key: {name.decode('latin-1')}"
+            else:
+                illegal = illegal or name
         elif name in _RESERVED:
             if name == b"te":
                 te = value
@@ -75,7 +74,7 @@ def read_head(headers: list[tuple[bytes, bytes]]) -> RequestHead:
         elif name == b"host":  # grpc core takes it for a missing :authority
             host = value
         elif name.lower() != name:
-            error = error or f"Illegal header key: {name.decode('latin-1')}"
+            illegal = illegal or name
         elif name.endswith(b"-bin"):
             try:
                 metadata.append((name.decode("latin-1"), decode_bin(value)))
@@ -84,10 +83,14 @@ def read_head(headers: list[tuple[bytes, bytes]]) -> RequestHead:
         else:
             metadata.append((name.decode("latin-1"), value.decode("utf-8", "replace")))
     reset = method != b"POST" or not scheme or not path or not (authority or host) or not te
-    if not error and te != b"trailers":
+    if illegal:
+        error = f"Illegal header key: {illegal.decode('latin-1')}"
+    elif te != b"trailers":
         error = "Error parsing 'te' metadata"
-    if not error and scheme not in _SCHEMES:
+    elif scheme not in _SCHEMES:
         error = "Error parsing ':scheme' metadata"
+    else:
+        error = ""
     encoding_error = (
         "" if encoding in ENCODINGS else f"Compression algorithm '{encoding}' is not supported (grpc-encoding)"
     )
