@@ -38,6 +38,7 @@ PURE_ENV = "TRIREME_PURE_PYTHON"
 # statistics call): mypyc's compiled dataclasses pickle and unpickle as interpreted ones do.
 COMPILED_MODULES: tuple[str, ...] = (
     "service/frontend/grpc/codec.py",
+    "service/frontend/grpc/wire.py",
     "service/frontend/http/codec.py",
     "service/frontend/http/json_tensors.py",
     "service/frontend/http/h1.py",

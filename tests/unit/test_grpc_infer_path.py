@@ -30,10 +30,11 @@ from service.types import InferRequest, InferResponse, OutputTensor
 class _Engine:
     """infer() answers with `nbytes` of output (or raises `error`); the rest is what ModelInfer reads."""
 
-    def __init__(self, tracer: Tracer, nbytes: int, error: Exception | None = None) -> None:
+    def __init__(self, tracer: Tracer, nbytes: int, error: Exception | None = None, parameters: bool = False) -> None:
         self.tracer = tracer
         self.nbytes = nbytes
         self.error = error
+        self.parameters = parameters
         self.seen: list[InferRequest] = []
 
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -44,7 +45,10 @@ class _Engine:
             raise self.error
         data = np.arange(self.nbytes, dtype=np.uint8).tobytes()
         out = OutputTensor("OUT", "UINT8", [self.nbytes], data)
-        return InferResponse(request.model_name, "1", request.id, outputs=[out])
+        resp = InferResponse(request.model_name, "1", request.id, outputs=[out])
+        if self.parameters:
+            resp.parameters["sequence_id"] = 5
+        return resp
 
 
 class _Aborted(Exception):
@@ -109,10 +113,12 @@ def test_a_large_response_takes_the_large_message_path_traced_or_not(tmp_path: P
 
 
 @pytest.mark.parametrize("traced", [False, True])
-def test_a_small_response_is_a_protobuf_message(tmp_path: Path, traced: bool) -> None:
-    engine = _Engine(_tracer(tmp_path, traced), 16)
+@pytest.mark.parametrize("parameters", [False, True])
+def test_a_small_response_is_written_plain_or_by_protobuf(tmp_path: Path, traced: bool, parameters: bool) -> None:
+    engine = _Engine(_tracer(tmp_path, traced), 16, parameters=parameters)
     answer = _call(engine)
-    assert isinstance(answer, pb.ModelInferResponse)
+    # without parameters the response is written at the wire level (grpc/wire.py), else it is a protobuf message
+    assert isinstance(answer, pb.ModelInferResponse if parameters else bytes)
     assert _outputs(answer) == bytes(range(16))
     assert (engine.seen[0].trace is not None) == traced
 

@@ -43,57 +43,54 @@ CONTENTS_FIELD = {
 
 
 def _request_params(msg: pb.ModelInferRequest, req: InferRequest) -> None:
-    params = req.parameters
     given = msg.parameters
     for key in given:  # keys then lookups: upb's map .items() iterates in Python (collections.abc), ~10x slower
         p = given[key]
         which = p.WhichOneof("parameter_choice")
-        if key == "sequence_id":
-            if which == "int64_param":
-                req.sequence_id = p.int64_param
-            elif which == "uint64_param":
-                req.sequence_id = p.uint64_param
-            elif which == "string_param":
-                req.sequence_id = p.string_param
-            else:
-                raise invalid_arg(
-                    "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
-                )
-        elif key in ("sequence_start", "sequence_end"):
-            if which != "bool_param":
-                raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
-            if p.bool_param:
-                req.flags |= FLAG_SEQUENCE_START if key == "sequence_start" else FLAG_SEQUENCE_END
-        elif key == "priority":
-            if which == "int64_param":
-                if p.int64_param < 0:
-                    raise invalid_arg("invalid value for 'priority' parameter, expected a non-negative value.")
-                req.priority = p.int64_param
-            elif which == "uint64_param":
-                req.priority = p.uint64_param
-            else:
-                raise invalid_arg("invalid value type for 'priority' parameter, expected int64_param or uint64_param.")
-        elif key == "timeout":
-            if which != "int64_param":
-                raise invalid_arg("invalid value type for 'timeout' parameter, expected int64_param.")
-            req.timeout_us = p.int64_param
-        elif key.startswith("triton_"):
-            if key not in ALLOWED_TRITON_KEYS:
-                raise invalid_arg(
-                    "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys "
-                    f"starting with 'triton_' are allowed: {', '.join(ALLOWED_TRITON_KEYS)}"
-                )
-            if which != "bool_param":
-                raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
-            req.enable_empty_final = p.bool_param
+        apply_request_param(req, key, which, getattr(p, which) if which else None)
+
+
+def apply_request_param(req: InferRequest, key: str, which: str | None, value: Any) -> None:
+    """One request-level InferParameter (`which`: its oneof field name, None when unset) applied to req; both
+    ModelInfer decoders (protobuf's and wire.py's) call it."""
+    if key == "sequence_id":
+        if which != "int64_param" and which != "uint64_param" and which != "string_param":
+            raise invalid_arg("invalid value type for 'sequence_id' parameter, expected int64_param or string_param.")
+        req.sequence_id = value
+    elif key == "sequence_start" or key == "sequence_end":
+        if which != "bool_param":
+            raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
+        if value:
+            req.flags |= FLAG_SEQUENCE_START if key == "sequence_start" else FLAG_SEQUENCE_END
+    elif key == "priority":
+        if which == "int64_param":
+            if value < 0:
+                raise invalid_arg("invalid value for 'priority' parameter, expected a non-negative value.")
+            req.priority = value
+        elif which == "uint64_param":
+            req.priority = value
         else:
-            if which == "uint64_param":
-                raise invalid_arg(
-                    f"invalid value type for '{key}' parameter: uint64 is not supported for custom parameters."
-                )
-            value = param_value(p)
-            if value is not None:
-                params[key] = value
+            raise invalid_arg("invalid value type for 'priority' parameter, expected int64_param or uint64_param.")
+    elif key == "timeout":
+        if which != "int64_param":
+            raise invalid_arg("invalid value type for 'timeout' parameter, expected int64_param.")
+        req.timeout_us = value
+    elif key.startswith("triton_"):
+        if key not in ALLOWED_TRITON_KEYS:
+            raise invalid_arg(
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys "
+                f"starting with 'triton_' are allowed: {', '.join(ALLOWED_TRITON_KEYS)}"
+            )
+        if which != "bool_param":
+            raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
+        req.enable_empty_final = value
+    else:
+        if which == "uint64_param":
+            raise invalid_arg(
+                f"invalid value type for '{key}' parameter: uint64 is not supported for custom parameters."
+            )
+        if value is not None:
+            req.parameters[key] = value
 
 
 def _shm_params(params: Any, tensor: str) -> ShmRef | None:
@@ -177,11 +174,14 @@ def _typed_contents(t: pb.ModelInferRequest.InferInputTensor, model: str) -> byt
     return np.asarray(values).astype(DATATYPE_TO_NUMPY[t.datatype], copy=False).tobytes()
 
 
-def decode_infer_request(msg: pb.ModelInferRequest | SplitRequest) -> InferRequest:
+def decode_infer_request(msg: pb.ModelInferRequest | SplitRequest | InferRequest) -> InferRequest:
     """ModelInferRequest -> InferRequest (request-level errors raise ServiceError INVALID_ARG).
 
-    A large request arrives split (grpc_large.SplitRequest): its raw contents are views, never copied."""
+    A large request arrives split (grpc_large.SplitRequest): its raw contents are views, never copied. A plain
+    one arrives decoded already (wire.parse_small_request)."""
     raws: Any
+    if isinstance(msg, InferRequest):
+        return msg
     if isinstance(msg, SplitRequest):
         raws = msg.raws
         msg = msg.msg

@@ -15,6 +15,7 @@ from protos import grpc_service_pb2 as pb
 from protos import health_pb2
 from service.config.access import RestrictedApi
 from service.frontend.grpc import large as grpc_large
+from service.frontend.grpc import wire as grpc_wire
 from service.frontend.grpc.codec import UNPARSABLE
 
 log = logging.getLogger("trireme.grpc")
@@ -194,7 +195,7 @@ def inference_handlers(servicer: Any, factory: HandlerFactory) -> dict[str, Any]
         behavior = getattr(servicer, method.name)
         make = factory.stream if method.client_streaming else factory.unary
         if method.name == "ModelInfer":  # large messages are split / serialised without protobuf copies
-            parse = _deserializer(grpc_large.parse_request, request_cls.FromString, grpc_large.LARGE_BYTES)
+            parse = _deserializer(grpc_large.parse_request, grpc_wire.parse_small_request, grpc_large.LARGE_BYTES)
             handlers[method.name] = factory.unary(
                 method.name, behavior, grpc_large.parse_request, grpc_large.serialize, parse
             )

@@ -17,6 +17,7 @@ from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
 from service.frontend.grpc import large as grpc_large
 from service.frontend.grpc import stream as grpc_stream
+from service.frontend.grpc import wire as grpc_wire
 from service.frontend.grpc.calls import CallOptions, compression_option
 from service.frontend.grpc.codec import UNPARSABLE
 from service.frontend.grpc.handlers import (
@@ -163,8 +164,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             encoded: pb.ModelInferResponse | bytes
             if grpc_large.response_bytes(response) >= grpc_large.LARGE_BYTES:
                 encoded = await grpc_large.serialize_large(response)  # bytes, see grpc_large.serialize
-            else:
-                encoded = codec.encode_infer_response(response)
+            else:  # the usual response as bytes written here; protobuf for the rest
+                plain = grpc_wire.encode_plain_response(response)
+                encoded = plain if plain is not None else codec.encode_infer_response(response)
             for o in observers:
                 o.encoded()
             return encoded  # type: ignore[return-value]
