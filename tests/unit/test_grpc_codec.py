@@ -12,6 +12,7 @@ from protos import grpc_service_pb2 as pb
 from service.errors import ErrorCode, ServiceError
 from service.frontend.grpc import codec
 from service.frontend.grpc import large as grpc_large
+from service.frontend.grpc.params import param_value
 from service.ipc.blocks import THREAD_COPY_BYTES
 from service.types import InferResponse, OutputTensor
 
@@ -92,7 +93,7 @@ def test_responses_encode_outputs_and_parameters() -> None:
     assert (msg.model_name, msg.model_version, msg.id) == ("m", "1", "r")
     assert [(o.name, o.datatype, list(o.shape)) for o in msg.outputs] == [("A", "INT64", [1, 2]), ("B", "FP32", [3])]
     assert list(msg.raw_output_contents) == [data, b""]  # B was written into the client's shm region
-    assert {k: codec.param_value(v) for k, v in msg.parameters.items()} == resp.parameters
+    assert {k: param_value(v) for k, v in msg.parameters.items()} == resp.parameters
     # the large-message serialiser writes the same message
     assert pb.ModelInferResponse.FromString(grpc_large.serialize(msg)) == msg
 

@@ -147,15 +147,64 @@ def test_shape_values_unpacked_and_fields_repeated_are_read_as_protobuf_reads_th
     assert fast.model_name == "b" and fast.inputs[0].shape == [3, -1, 7]
 
 
+TENSOR_PARAMETERS = [  # shared memory and classification, given right and wrong
+    [("shared_memory_region", "string_param", "r0"), ("shared_memory_byte_size", "int64_param", 64)],
+    [
+        ("shared_memory_region", "string_param", "r1"),
+        ("shared_memory_byte_size", "uint64_param", 8),
+        ("shared_memory_offset", "int64_param", 16),
+    ],
+    [("shared_memory_region", "string_param", "r2")],  # no size
+    [("shared_memory_offset", "int64_param", 4)],  # no region
+    [("shared_memory_region", "int64_param", 1), ("shared_memory_byte_size", "int64_param", 8)],
+    [("shared_memory_region", "string_param", "r"), ("shared_memory_byte_size", "string_param", "8")],
+    [
+        ("shared_memory_region", "string_param", "r"),
+        ("shared_memory_byte_size", "int64_param", 8),
+        ("shared_memory_offset", "bool_param", True),
+    ],
+    [("classification", "int64_param", 3)],
+    [("classification", "uint64_param", 0)],
+    [("classification", "string_param", "3")],
+    [("classification", "int64_param", 2), ("shared_memory_region", "string_param", "r")],
+    [("something_else", "bool_param", True)],
+]
+
+
+def _tensor_request(rng: random.Random) -> pb.ModelInferRequest:
+    msg = pb.ModelInferRequest(model_name="m")
+    for i in range(rng.randrange(1, 4)):
+        t = msg.inputs.add(name=f"IN{i}", datatype="FP32", shape=[2])
+        if rng.random() < 0.5:
+            for key, which, value in rng.choice(TENSOR_PARAMETERS):
+                setattr(t.parameters[key], which, value)
+        if rng.random() < 0.8:  # wrong counts too
+            msg.raw_input_contents.append(b"\x00" * 8)
+    for i in range(rng.randrange(3)):
+        o = msg.outputs.add(name=f"OUT{i}")
+        for key, which, value in rng.choice(TENSOR_PARAMETERS):
+            setattr(o.parameters[key], which, value)
+    return msg
+
+
+def test_shared_memory_and_classification_parameters_are_read_or_refused_as_protobufs_path_does() -> None:
+    rng = random.Random(9)
+    taken = shm = 0
+    for _ in range(1000):
+        fast = _agrees(_tensor_request(rng).SerializeToString())
+        if fast is not None:
+            taken += 1
+            shm += sum(t.shm is not None for t in fast.inputs) + sum(o.shm is not None for o in fast.outputs)
+    assert taken > 100 and shm > 30
+
+
 def _with(msg: pb.ModelInferRequest, change: str) -> pb.ModelInferRequest:
-    if change == "parameters":
-        msg.parameters["sequence_id"].int64_param = 5
-    elif change == "input parameters":
-        msg.inputs[0].parameters["shared_memory_region"].string_param = "r"
+    if change == "a shared-memory input with a raw entry":
+        t = msg.inputs[0]
+        t.parameters["shared_memory_region"].string_param = "r"
+        t.parameters["shared_memory_byte_size"].int64_param = 8
     elif change == "typed contents":
         msg.inputs[0].contents.fp32_contents.extend([1.0, 2.0])
-    elif change == "output parameters":
-        msg.outputs.add(name="O").parameters["classification"].int64_param = 2
     elif change == "a raw entry missing":
         msg.inputs.add(name="second", datatype="FP32", shape=[1])
     elif change == "a raw entry too many":
@@ -165,13 +214,7 @@ def _with(msg: pb.ModelInferRequest, change: str) -> pb.ModelInferRequest:
 
 @pytest.mark.parametrize(
     "change",
-    [
-        "input parameters",
-        "typed contents",
-        "output parameters",
-        "a raw entry missing",
-        "a raw entry too many",
-    ],
+    ["a shared-memory input with a raw entry", "typed contents", "a raw entry missing", "a raw entry too many"],
 )
 def test_requests_that_are_not_plain_are_left_to_protobuf(change: str) -> None:
     msg = pb.ModelInferRequest(model_name="m")
@@ -179,7 +222,11 @@ def test_requests_that_are_not_plain_are_left_to_protobuf(change: str) -> None:
     msg.raw_input_contents.append(b"\x00" * 8)
     raw = _with(msg, change).SerializeToString()
     assert wire.decode_plain_request(raw) is None
-    assert isinstance(wire.parse_small_request(raw), pb.ModelInferRequest)
+    parsed = wire.parse_small_request(raw)
+    assert isinstance(parsed, pb.ModelInferRequest)
+    if change != "typed contents":
+        with pytest.raises(ServiceError):  # codec.py's error
+            codec.decode_infer_request(parsed)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from service.core.engine import IndexEntry, ModelMetadata
 from service.core.observability.stats import DURATION_FIELDS, Duration, ModelStats
 from service.errors import ErrorCode, ServiceError, invalid_arg
 from service.frontend.grpc.large import SplitRequest
-from service.frontend.grpc.params import param_value, set_param
+from service.frontend.grpc.params import set_param
 from service.types import (
     FLAG_SEQUENCE_END,
     FLAG_SEQUENCE_START,
@@ -45,9 +45,8 @@ CONTENTS_FIELD = {
 def _request_params(msg: pb.ModelInferRequest, req: InferRequest) -> None:
     given = msg.parameters
     for key in given:  # keys then lookups: upb's map .items() iterates in Python (collections.abc), ~10x slower
-        p = given[key]
-        which = p.WhichOneof("parameter_choice")
-        apply_request_param(req, key, which, getattr(p, which) if which else None)
+        which, value = param_pair(given[key])
+        apply_request_param(req, key, which, value)
 
 
 def apply_request_param(req: InferRequest, key: str, which: str | None, value: Any) -> None:
@@ -93,13 +92,35 @@ def apply_request_param(req: InferRequest, key: str, which: str | None, value: A
             req.parameters[key] = value
 
 
+Param = tuple[str | None, Any]  # an InferParameter as (its oneof field name or None, its value)
+
+
+def param_pair(p: pb.InferParameter) -> Param:
+    """An InferParameter message as a Param."""
+    which = p.WhichOneof("parameter_choice")
+    return which, getattr(p, which) if which else None
+
+
+def _given(params: Any, key: str) -> Param | None:
+    p = params.get(key)
+    return None if p is None else param_pair(p)
+
+
 def _shm_params(params: Any, tensor: str) -> ShmRef | None:
-    """A (not yet resolved) shared-memory reference from tensor parameters, or None."""
+    """A (not yet resolved) shared-memory reference from a tensor's protobuf parameters, or None."""
     if not params:
         return None
-    region = params.get("shared_memory_region")
-    offset_p = params.get("shared_memory_offset")
-    size_p = params.get("shared_memory_byte_size")
+    return shm_ref(
+        _given(params, "shared_memory_region"),
+        _given(params, "shared_memory_offset"),
+        _given(params, "shared_memory_byte_size"),
+        tensor,
+    )
+
+
+def shm_ref(region: Param | None, offset_p: Param | None, size_p: Param | None, tensor: str) -> ShmRef | None:
+    """A (not yet resolved) shared-memory reference from a tensor's shared_memory_* parameters (None: not given),
+    or None; both ModelInfer decoders (protobuf's and wire.py's) call it."""
     if region is None:
         if offset_p is not None:
             raise invalid_arg(
@@ -112,7 +133,7 @@ def _shm_params(params: Any, tensor: str) -> ShmRef | None:
                 f"parameter for tensor '{tensor}'"
             )
         return None
-    if region.WhichOneof("parameter_choice") != "string_param":
+    if region[0] != "string_param":
         raise invalid_arg(
             f"invalid value type for 'shared_memory_region' parameter for tensor '{tensor}', expected string_param."
         )
@@ -121,21 +142,34 @@ def _shm_params(params: Any, tensor: str) -> ShmRef | None:
             f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter "
             f"for tensor '{tensor}'"
         )
-    which = size_p.WhichOneof("parameter_choice")
+    which = size_p[0]
     if which != "int64_param" and which != "uint64_param":
         raise invalid_arg(
             f"invalid value type for 'shared_memory_byte_size' parameter for tensor '{tensor}', expected int64_param."
         )
-    size: int = getattr(size_p, which)
+    size: int = size_p[1]
     offset = 0
     if offset_p is not None:
-        which = offset_p.WhichOneof("parameter_choice")
+        which = offset_p[0]
         if which != "int64_param" and which != "uint64_param":
             raise invalid_arg(
                 f"invalid value type for 'shared_memory_offset' parameter for tensor '{tensor}', expected int64_param."
             )
-        offset = getattr(offset_p, which)
-    return unresolved_shm_ref(region.string_param, offset, size)
+        offset = offset_p[1]
+    return unresolved_shm_ref(region[1], offset, size)
+
+
+def classification(cls: Param | None, out: RequestedOutput) -> None:
+    """An output's `classification` parameter (None: not given) applied to out, its shm reference set already."""
+    if cls is None:
+        return
+    if out.shm is not None:
+        raise invalid_arg("output can't set both 'shared_memory_region' and 'classification'")
+    if cls[0] != "int64_param" and cls[0] != "uint64_param":
+        raise invalid_arg(
+            f"invalid value type for 'classification' parameter for output '{out.name}', expected int64_param."
+        )
+    out.classification = int(cls[1] or 0)
 
 
 # the datatype each typed contents field carries (named in errors)
@@ -233,16 +267,7 @@ def decode_infer_request(msg: pb.ModelInferRequest | SplitRequest | InferRequest
         out = RequestedOutput(o.name)
         if o.parameters:
             out.shm = _shm_params(o.parameters, o.name)
-            cls = o.parameters.get("classification")
-            if cls is not None:
-                if out.shm is not None:
-                    raise invalid_arg("output can't set both 'shared_memory_region' and 'classification'")
-                if cls.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param"):
-                    raise invalid_arg(
-                        f"invalid value type for 'classification' parameter for output '{o.name}', expected "
-                        "int64_param."
-                    )
-                out.classification = int(param_value(cls) or 0)
+            classification(_given(o.parameters, "classification"), out)
         req.outputs.append(out)
     return req
 

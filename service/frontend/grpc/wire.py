@@ -1,13 +1,13 @@
 """ModelInfer's plain messages read and written at the protobuf wire level (compiled with mypyc).
 
-Nearly every ModelInfer request names its inputs and outputs and sends each input as one raw_input_contents entry;
-nearly every response is names, shapes and raw output bytes. Going through protobuf's Python objects for them
-costs more than the rest of the gRPC front end's work per request (each field access is a lookup by name and a
-new Python object). Here such messages go straight between bytes and the core's types. Anything else (parameters,
-typed contents, shared memory, a field this module does not take, a malformed message, a request parameter that
-is refused) is left to protobuf and codec.py, which give every other answer and error: `decode_plain_request`
-returns None and `encode_plain_response` returns None for them, and the callers fall back. Request parameters
-(perf_analyzer sends one with every request) are read here and applied by codec.apply_request_param, as protobuf's
+Nearly every ModelInfer request names its inputs and outputs and sends each input as one raw_input_contents entry
+or places it in a registered shared-memory region; nearly every response is names, shapes and raw output bytes.
+Going through protobuf's Python objects for them costs more than the rest of the gRPC front end's work per request
+(each field access is a lookup by name and a new Python object). Here such messages go straight between bytes and
+the core's types. Anything else (typed contents, a field this module does not take, a malformed message, a
+parameter that is refused) is left to protobuf and codec.py, which give every other answer and error:
+`decode_plain_request` and `encode_plain_response` return None for them, and the callers fall back. Parameters
+(perf_analyzer sends one with every request) are read here and applied by codec.py's functions, as protobuf's
 are.
 """
 
@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from protos import grpc_service_pb2 as pb
 from service.errors import ServiceError
-from service.frontend.grpc.codec import apply_request_param
-from service.types import InferRequest, InferResponse, InputTensor, RequestedOutput
+from service.frontend.grpc.codec import Param, apply_request_param, classification, shm_ref
+from service.types import InferRequest, InferResponse, InputTensor, RequestedOutput, ShmRef
 
 _INT64_MIN: Final = -(1 << 63)
 _INT64_END: Final = 1 << 63
@@ -70,9 +70,11 @@ def _shape(buf: bytes, pos: int, stop: int, shape: list[int]) -> bool:
 
 
 def _input(buf: bytes, pos: int, stop: int) -> InputTensor | None:
-    """An InferInputTensor holding only name, datatype and shape (its data comes from raw_input_contents)."""
+    """An InferInputTensor without typed contents: its data comes from raw_input_contents unless its parameters
+    place it in shared memory."""
     name = datatype = ""
     shape: list[int] = []
+    params: dict[str, Param] | None = None
     while pos < stop:
         key, pos = _varint(buf, pos, stop)
         if pos < 0:
@@ -104,28 +106,62 @@ def _input(buf: bytes, pos: int, stop: int) -> InputTensor | None:
         elif field == 3:
             if not _shape(buf, pos, end, shape):
                 return None
-        else:  # parameters (shared memory, ...) or typed contents
+        elif field == 4:
+            if params is None:
+                params = {}
+            if not _entry(buf, pos, end, params):
+                return None
+        else:  # typed contents
             return None
         pos = end
-    return InputTensor(name, datatype, shape)
+    tensor = InputTensor(name, datatype, shape)
+    if params is not None:
+        try:
+            tensor.shm = _shm(params, name)
+        except ServiceError:  # codec.py's error, from protobuf's path
+            return None
+    return tensor
+
+
+def _shm(params: dict[str, Param], tensor: str) -> ShmRef | None:
+    return shm_ref(
+        params.get("shared_memory_region"),
+        params.get("shared_memory_offset"),
+        params.get("shared_memory_byte_size"),
+        tensor,
+    )
 
 
 def _output(buf: bytes, pos: int, stop: int) -> RequestedOutput | None:
-    """An InferRequestedOutputTensor holding only its name."""
+    """An InferRequestedOutputTensor: its name and parameters (shared memory, classification)."""
     name = ""
+    params: dict[str, Param] | None = None
     while pos < stop:
         key, pos = _varint(buf, pos, stop)
-        if pos < 0 or key != 0x0A:  # field 1, length-delimited; anything else (parameters) is not plain
+        if pos < 0 or (key != 0x0A and key != 0x12):
             return None
         n, pos = _varint(buf, pos, stop)
         if pos < 0 or n > stop - pos:
             return None
-        text = _text(buf, pos, pos + n)
-        if text is None:
-            return None
-        name = text
+        if key == 0x0A:
+            text = _text(buf, pos, pos + n)
+            if text is None:
+                return None
+            name = text
+        else:
+            if params is None:
+                params = {}
+            if not _entry(buf, pos, pos + n, params):
+                return None
         pos += n
-    return RequestedOutput(name)
+    out = RequestedOutput(name)
+    if params is not None:
+        try:
+            out.shm = _shm(params, name)
+            classification(params.get("classification"), out)
+        except ServiceError:  # codec.py's error, from protobuf's path
+            return None
+    return out
 
 
 def _param(buf: bytes, pos: int, stop: int, which: str | None, value: Any) -> tuple[bool, str | None, Any]:
@@ -160,7 +196,7 @@ def _param(buf: bytes, pos: int, stop: int, which: str | None, value: Any) -> tu
     return True, which, value
 
 
-def _entry(buf: bytes, pos: int, stop: int, params: dict[str, tuple[str | None, Any]]) -> bool:
+def _entry(buf: bytes, pos: int, stop: int, params: dict[str, Param]) -> bool:
     """A `parameters` map entry (key 1, InferParameter 2) into params: the last entry of a key wins."""
     name = ""
     which: str | None = None
@@ -194,7 +230,7 @@ def decode_plain_request(raw: bytes) -> InferRequest | None:
     inputs: list[InputTensor] = []
     outputs: list[RequestedOutput] = []
     raws: list[bytes] = []
-    params: dict[str, tuple[str | None, Any]] | None = None
+    params: dict[str, Param] | None = None
     pos, end = 0, len(raw)
     while pos < end:
         key, pos = _varint(raw, pos, end)
@@ -235,10 +271,15 @@ def decode_plain_request(raw: bytes) -> InferRequest | None:
         else:  # a field this server does not know
             return None
         pos = stop
-    if len(raws) != len(inputs):  # codec.py's errors for a missing or extra raw entry
+    taken = 0  # inputs not in shared memory take the raw entries in order
+    for tensor in inputs:
+        if tensor.shm is None:
+            if taken == len(raws):  # codec.py's error for a missing raw entry
+                return None
+            tensor.data = raws[taken]
+            taken += 1
+    if taken != len(raws):  # ... and for an extra one
         return None
-    for i in range(len(inputs)):
-        inputs[i].data = raws[i]
     req = InferRequest(model, version, rid, inputs, outputs)
     if params is not None:
         try:
