@@ -58,6 +58,25 @@ def test_taken_port(transport: str) -> None:
             http_port("127.0.0.1", port, False)
 
 
+@pytest.mark.parametrize("transport", ["h2", "grpcio"])
+def test_time_wait_connections_do_not_take_the_port(transport: str) -> None:
+    """A server restarted on its port right after serving: its side of the connections it closed is in TIME_WAIT."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        for _ in clients:
+            listener.accept()[0].close()  # the server closes first: its end goes to TIME_WAIT
+        for c in clients:
+            assert c.recv(1) == b""
+            c.close()
+    shared = grpc_port("127.0.0.1", port, False, transport)
+    assert shared.port == port
+    shared.close()
+    shared = http_port("127.0.0.1", port, False)
+    assert shared.port == port
+    shared.close()
+
+
 def test_frontend_rebuilds_inherited_sockets() -> None:
     grpc, http = grpc_port("127.0.0.1", 0, False, "h2"), http_port("127.0.0.1", 0, False)
     try:
