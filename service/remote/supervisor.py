@@ -1,6 +1,7 @@
-"""The core process's front-end processes: reserve the shared ports, start N front ends, restart one that dies,
-drain them on shutdown. Front ends are fresh interpreters (`python -m service.remote.frontend_main`), never forks of
-the running event loop."""
+"""The core process's front-end processes: make the shared ports (ports.py), start N front ends, restart one that
+dies, drain them on shutdown. Front ends are fresh interpreters (`python -m service.remote.frontend_main`), never
+forks of the running event loop; each inherits the listening sockets of the shared ports, a restarted one the same
+sockets."""
 
 from __future__ import annotations
 
@@ -9,38 +10,16 @@ import contextlib
 import logging
 import os
 import secrets
-import socket
 import sys
 
 from service.config.flags import ServerConfig
 from service.core.engine import Engine
 from service.remote.host import RemoteHost
+from service.remote.ports import SharedPort, grpc_port, http_port
 
 log = logging.getLogger("trireme.frontends")
 
 RESTART_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
-
-
-def reserve_port(address: str, port: int, shared: bool = False) -> socket.socket:
-    """A bound, not listening SO_REUSEPORT socket: fixes the port (port 0 picks one) for the front ends that share
-    it and fails early, as a single process would, when the address is taken. Kept open while the server runs.
-    Unless `shared` (--reuse-grpc-port / --reuse-http-port), a port another server holds, even with
-    SO_REUSEPORT, is taken: a plain bind tries it first."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    if port and not shared:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            # as a listener binds (grpc and asyncio set SO_REUSEADDR): connections of a server that just exited,
-            # left in TIME_WAIT, do not count; a server still bound to the port does
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((address, port))
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((address, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 class Frontends:
@@ -55,7 +34,9 @@ class Frontends:
         self.host = RemoteHost(engine, path, self.up)
         self.procs: dict[int, asyncio.subprocess.Process] = {}
         self._watchers: list[asyncio.Task[None]] = []
-        self._reserved: list[socket.socket] = []
+        self._ports: list[SharedPort] = []
+        self._grpc = SharedPort(0)
+        self._http = SharedPort(0)
         self.grpc_port = 0
         self.http_port = 0
         self.stopping = False
@@ -71,19 +52,15 @@ class Frontends:
             self._all_up.set()
 
     async def start(self) -> None:
-        """Reserve the ports, start the front ends and wait until all listen (OSError when one cannot start)."""
+        """Make the shared ports, start the front ends and wait until all listen (OSError when one cannot start)."""
         config = self.config
-        address = f"{config.grpc_address}:{config.grpc_port}"
-        try:
-            grpc_sock = reserve_port(config.grpc_address, config.grpc_port, config.grpc.reuse_port)
-        except OSError:  # the message of one process (frontend/grpc/server.py build_grpc_server)
-            raise OSError(f"unable to bind the gRPC server to {address} (address already in use?)") from None
-        self._reserved.append(grpc_sock)
-        self.grpc_port = int(grpc_sock.getsockname()[1])
+        self._grpc = grpc_port(config.grpc_address, config.grpc_port, config.grpc.reuse_port, config.grpc.transport)
+        self._ports.append(self._grpc)
+        self.grpc_port = self._grpc.port
         if config.allow_http:
-            http_sock = reserve_port(config.http_address, config.http_port, config.reuse_http_port)
-            self._reserved.append(http_sock)
-            self.http_port = int(http_sock.getsockname()[1])
+            self._http = http_port(config.http_address, config.http_port, config.reuse_http_port)
+            self._ports.append(self._http)
+            self.http_port = self._http.port
         await self.host.start()
         for i in range(self.n):
             self.procs[i] = await self._spawn(i)
@@ -102,8 +79,10 @@ class Frontends:
         name = self.host.path.lstrip("\0")  # argv cannot carry the leading NUL: the front end adds it back
         args = [sys.executable, "-m", "service.remote.frontend_main", name, str(i)]
         trace_fd = self.host.tracing.fd  # the core's tracing switch (service/remote/tracing.py)
-        args += [str(self.grpc_port), str(self.http_port), str(trace_fd), "--", *self.argv]
-        return await asyncio.create_subprocess_exec(*args, pass_fds=(trace_fd,))
+        args += [str(self.grpc_port), str(self.http_port), str(trace_fd)]
+        grpc_fds, http_fds = [s.fileno() for s in self._grpc.listening], [s.fileno() for s in self._http.listening]
+        args += [",".join(map(str, grpc_fds)) or "-", ",".join(map(str, http_fds)) or "-", "--", *self.argv]
+        return await asyncio.create_subprocess_exec(*args, pass_fds=(trace_fd, *grpc_fds, *http_fds))
 
     async def _watch(self, i: int) -> None:
         """Restart front end i whenever it exits while the server runs (its requests were cancelled in the core)."""
@@ -133,6 +112,10 @@ class Frontends:
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.terminate()  # a front end that has not said hello yet drains on SIGTERM too
+        # the listening sockets close once every front end has stopped listening too: new connections are then
+        # refused, as when one process stops, rather than queued for nobody
+        for port in self._ports:
+            port.close()
         limit = self.config.exit_timeout_secs + 5
         for proc in self.procs.values():
             try:
@@ -143,5 +126,3 @@ class Frontends:
                     proc.kill()
                 await proc.wait()
         await self.host.stop()
-        for sock in self._reserved:
-            sock.close()

@@ -223,12 +223,10 @@ def test_model_control_seen_by_the_other_frontend(pair: tuple[Any, Any]) -> None
 
 
 def _http_ready(server: ServerProcess) -> bool:
-    """/v2/health/ready answers 200; a connection refused or reset counts as not yet (seen under load while the
-    killed front end is being replaced; CI runs two test passes at once)."""
-    try:
-        return requests.get(f"http://{server.http_url}/v2/health/ready", timeout=10).status_code == 200
-    except requests.ConnectionError:
-        return False
+    """/v2/health/ready answers 200 (400 while the replacement is not connected to the core yet). Strict: every
+    front end accepts from the core's one HTTP listening socket (service/remote/ports.py), which stays open while
+    one is killed and replaced, so a new connection is neither refused nor reset."""
+    return requests.get(f"http://{server.http_url}/v2/health/ready", timeout=10).status_code == 200
 
 
 def test_killed_frontend_is_restarted(server: ServerProcess) -> None:

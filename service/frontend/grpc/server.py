@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -29,7 +30,7 @@ from service.frontend.grpc.handlers import (
     inference_handlers,
 )
 from service.frontend.grpc.observers import NO_OBSERVERS, infer_observers
-from service.frontend.grpc.transport import H2, add_service, make_server
+from service.frontend.grpc.transport import H2, add_service, adopt_sockets, make_server
 from service.frontend.status import GRPC_STATUS
 from service.ipc import stagetrace
 from shm.errors import ShmError
@@ -363,10 +364,15 @@ def _h2_tls(settings: GrpcSettings) -> Any:
 
 
 def build_grpc_server(
-    engine: Facade, address: str, settings: GrpcSettings | None = None, reuse_port: bool = False
+    engine: Facade,
+    address: str,
+    settings: GrpcSettings | None = None,
+    reuse_port: bool = False,
+    listening: Sequence[socket.socket] = (),
 ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server bound to `address` (host:port; port 0 picks one). Returns (server, bound port).
-    `reuse_port`: share the port with the other front-end processes (SO_REUSEPORT)."""
+    `reuse_port`: share the port with the other front-end processes (SO_REUSEPORT). `listening` (h2 only): serve
+    these sockets, shared with the other front-end processes, instead of binding `address`."""
     settings = settings or GrpcSettings()
     credentials = _h2_tls(settings) if settings.transport == H2 else server_credentials(settings)
     reuse_port = reuse_port or settings.reuse_port  # front-end processes, or --reuse-grpc-port
@@ -380,7 +386,9 @@ def build_grpc_server(
     add_service(server, settings.transport, INFERENCE_SERVICE, inference_handlers(servicer, factory))
     add_service(server, settings.transport, HEALTH_SERVICE, health_handlers(HealthServicer(engine), factory))
     try:
-        if credentials is None:
+        if listening:
+            port = adopt_sockets(server, settings.transport, listening, credentials)
+        elif credentials is None:
             port = server.add_insecure_port(address)
         else:
             port = server.add_secure_port(address, credentials)

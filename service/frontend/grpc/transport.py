@@ -11,6 +11,7 @@ h2 serves every flag grpcio does (TLS through Python's ssl)."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,3 +54,20 @@ def add_service(server: grpc.aio.Server, transport: str, service: str, handlers:
         server.add_registered_method_handlers(service, handlers)
     else:
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+
+
+def adopts_sockets(transport: str) -> bool:
+    """Whether the transport can serve a listening socket bound by another process (the one socket that all
+    front-end processes accept from, service/remote/supervisor.py): h2 only. grpcio and native bind inside their
+    native cores from an address; front ends on them share the port with SO_REUSEPORT."""
+    return transport == H2
+
+
+def adopt_sockets(server: grpc.aio.Server, transport: str, sockets: Sequence[socket.socket], credentials: Any) -> int:
+    """`server` (of an adopts_sockets transport) serves `sockets`; returns their port."""
+    if not adopts_sockets(transport):
+        raise ValueError(f"the {transport} gRPC transport cannot serve a socket it did not bind")
+    from service.frontend.grpc.h2.server import H2Server
+
+    assert isinstance(server, H2Server)
+    return server.adopt_sockets(sockets, credentials)

@@ -58,6 +58,9 @@ class HttpOptions:
     shutdown_timeout_s: float = 30.0
     restricted: list[RestrictedApi] = field(default_factory=list)  # --http-restricted-api rules
     ssl_context: ssl.SSLContext | None = None  # HTTPS (--http-use-ssl); None: plain HTTP
+    # a socket bound elsewhere to serve instead of binding address:port: a front-end process's, inherited from
+    # the core, which every front end accepts from (service/remote/supervisor.py)
+    sock: socket.socket | None = None
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # SageMaker's infer route (frontend/sagemaker) subclasses it
@@ -135,8 +138,11 @@ class HttpFrontend:
     async def start(self) -> int:
         """Bind and serve; returns the bound port (port 0 picks a free one). Raises OSError when it cannot bind."""
         opts = self.options
-        family = socket.AF_INET6 if ":" in opts.address else socket.AF_INET
-        sock = socket.create_server((opts.address, opts.port), family=family, backlog=1024, reuse_port=opts.reuse_port)
+        sock = opts.sock
+        if sock is None:
+            family = socket.AF_INET6 if ":" in opts.address else socket.AF_INET
+            address = (opts.address, opts.port)
+            sock = socket.create_server(address, family=family, backlog=1024, reuse_port=opts.reuse_port)
         self._server = H1Server(self.handle)
         await self._server.start(sock, opts.ssl_context)
         self.port = int(sock.getsockname()[1])

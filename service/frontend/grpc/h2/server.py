@@ -56,6 +56,46 @@ def ssl_context(key: bytes, cert: bytes, root: bytes | None, mutual: bool) -> ss
     return ctx
 
 
+def bind_sockets(address: str, reuse_port: bool) -> list[socket.socket]:
+    """Bound (not yet listening) sockets for every address the host resolves to, as grpc core listens
+    ("localhost": 127.0.0.1 and ::1); with port 0 the first socket's port is taken for the others. Empty when no
+    address could be bound; RuntimeError when the address does not resolve."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, ValueError) as e:
+        raise RuntimeError(f"cannot resolve {address}: {e}") from None
+    sockets: list[socket.socket] = []
+    seen: set[tuple[int, Any]] = set()
+    for family, kind, proto, _, sockaddr in infos:
+        if (family, sockaddr) in seen:
+            continue
+        seen.add((family, sockaddr))
+        if sockets:
+            sockaddr = (sockaddr[0], sockets[0].getsockname()[1], *sockaddr[2:])
+        sock = _bound_socket(family, kind, proto, sockaddr, reuse_port)
+        if sock is not None:
+            sockets.append(sock)
+    return sockets
+
+
+def _bound_socket(family: int, kind: int, proto: int, sockaddr: Any, reuse_port: bool) -> socket.socket | None:
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(sockaddr)
+    except OSError:
+        sock.close()
+        return None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 class H2Server:
     def __init__(self, options: Sequence[tuple[str, Any]]) -> None:
         self.options = dict(options)
@@ -117,42 +157,14 @@ class H2Server:
         return self._bind(address, server_credentials)
 
     def _bind(self, address: str, context: ssl.SSLContext | None) -> int:
-        """Listen on every address the host resolves to, as grpc core does ("localhost": 127.0.0.1 and ::1); with
-        port 0 the first socket's port is taken for the others. The port, or 0 when no address could be bound."""
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]") or "0.0.0.0"
-        try:
-            infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        except (OSError, ValueError) as e:
-            raise RuntimeError(f"cannot resolve {address}: {e}") from None
-        bound = 0
-        seen: set[tuple[int, Any]] = set()
-        for family, kind, proto, _, sockaddr in infos:
-            if (family, sockaddr) in seen:
-                continue
-            seen.add((family, sockaddr))
-            if bound:
-                sockaddr = (sockaddr[0], bound, *sockaddr[2:])
-            sock = self._listen_socket(family, kind, proto, sockaddr)
-            if sock is not None:
-                bound = bound or int(sock.getsockname()[1])
-                self._sockets.append((sock, context))
-        return bound
+        """Listen on every address the host resolves to (bind_sockets). The port, or 0 when none could be bound."""
+        return self.adopt_sockets(bind_sockets(address, bool(self.options.get("grpc.so_reuseport", 0))), context)
 
-    def _listen_socket(self, family: int, kind: int, proto: int, sockaddr: Any) -> socket.socket | None:
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if self.options.get("grpc.so_reuseport", 0):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            sock.bind(sockaddr)
-        except OSError:
-            sock.close()
-            return None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
+    def adopt_sockets(self, sockets: Sequence[socket.socket], context: ssl.SSLContext | None) -> int:
+        """Serve on sockets bound elsewhere (listening or not): a front-end process's, inherited from the core,
+        which every front end accepts from (service/remote/supervisor.py). The port, or 0 when there are none."""
+        self._sockets.extend((sock, context) for sock in sockets)
+        return int(sockets[0].getsockname()[1]) if sockets else 0
 
     # ---- life --------------------------------------------------------------------------------------------------
     async def start(self) -> None:
