@@ -50,7 +50,6 @@ class FrameDispatch:
     inflight: dict[int, _Inflight]
     in_alloc: GrowingArena | None
     batches: dict[int, tuple[list[int], Callable[[Any, ipc.ExecDone | None], None]]]
-    deferred_done: list[ipc.ExecDone]  # batch ends waiting for the handlers their responses woke (_defer_done)
     message_handlers: dict[type, Callable[[Any], None]]
     _startup: asyncio.Future[Any] | None
     _idle: asyncio.Future[None] | None
@@ -68,12 +67,9 @@ class FrameDispatch:
         if type(message) is ipc.Respond:
             self._on_respond(message)
             if message.done is not None:  # the batch's ExecDone rode in its last response
-                self._defer_done(message.done)
+                self._on_exec_done(message.done)
         elif isinstance(message, ipc.ExecDone):
-            if self.deferred_done:  # behind one still waiting: the batches end in the order they ran
-                self.deferred_done.append(message)
-            else:
-                self._on_exec_done(message)
+            self._on_exec_done(message)
         elif isinstance(message, ipc.ReadyReply):
             self.readiness.on_reply(message)
         elif isinstance(message, ipc.Ready | ipc.Failed):
@@ -103,21 +99,6 @@ class FrameDispatch:
             )
         if self._idle is not None:
             self._check_idle()
-
-    def _defer_done(self, done: ipc.ExecDone) -> None:
-        """A batch's end (statistics, its slot back to the scheduler, the next batch) after the callbacks already
-        queued: the response just delivered woke its handler first, which then answers the client before this
-        bookkeeping runs (at c=1 it is off the request's path; nothing else runs in between, so a client still
-        sees statistics that count its answered request). An unbatched model's instance holds its next batch
-        already (pipelining), so it does not wait for this."""
-        if not self.deferred_done:
-            asyncio.get_running_loop().call_soon(self._run_deferred_done)
-        self.deferred_done.append(done)
-
-    def _run_deferred_done(self) -> None:
-        done, self.deferred_done = self.deferred_done, []
-        for message in done:
-            self._on_exec_done(message)
 
     def _on_exec_done(self, message: ipc.ExecDone) -> None:
         _rids, on_done = self.batches.pop(message.batch_id, ([], None))

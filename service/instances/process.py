@@ -55,7 +55,6 @@ class WorkerProcess(ArenaTransfer, FrameDispatch, CrashHandling):
         self._batch_ids = itertools.count(1)
         self.inflight: dict[int, _Inflight] = {}
         self.batches: dict[int, tuple[list[int], DoneCallback]] = {}
-        self.deferred_done: list[ipc.ExecDone] = []
         self._startup: asyncio.Future[Any] | None = None
         self._closed = asyncio.get_running_loop().create_future()
         self._idle: asyncio.Future[None] | None = None  # set by wait_idle(): resolved when nothing is in flight
