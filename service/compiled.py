@@ -39,6 +39,7 @@ PURE_ENV = "TRIREME_PURE_PYTHON"
 COMPILED_MODULES: tuple[str, ...] = (
     "service/frontend/grpc/codec.py",
     "service/frontend/grpc/wire.py",
+    "service/frontend/grpc/varints.py",
     "service/frontend/http/codec.py",
     "service/frontend/http/json_tensors.py",
     "service/frontend/http/h1.py",

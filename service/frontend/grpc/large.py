@@ -19,6 +19,7 @@ import numpy as np
 
 from protos import grpc_service_pb2 as pb
 from service.frontend.grpc.params import set_param
+from service.frontend.grpc.varints import read_varint, varint_bytes
 from service.ipc.blocks import THREAD_COPY_BYTES
 from service.types import InferResponse
 
@@ -41,28 +42,11 @@ class SplitRequest:
     raws: list[memoryview]
 
 
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated message")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("malformed varint")
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+def _varint(raw: bytes, pos: int, end: int) -> tuple[int, int]:
+    value, pos = read_varint(raw, pos, end)
+    if pos < 0:
+        raise ValueError("truncated or malformed varint")
+    return value, pos
 
 
 def parse_request(raw: bytes) -> pb.ModelInferRequest | SplitRequest:
@@ -72,19 +56,19 @@ def parse_request(raw: bytes) -> pb.ModelInferRequest | SplitRequest:
     view = memoryview(raw)
     rest: list[memoryview] = []
     raws: list[memoryview] = []
-    pos, end = 0, len(view)
+    pos, end = 0, len(raw)
     while pos < end:
         start = pos
-        key, pos = _varint(view, pos)
+        key, pos = _varint(raw, pos, end)
         wire = key & 7
         if wire == 0:
-            _, pos = _varint(view, pos)
+            _, pos = _varint(raw, pos, end)
         elif wire == 1:
             pos += 8
         elif wire == 5:
             pos += 4
         elif wire == 2:
-            n, pos = _varint(view, pos)
+            n, pos = _varint(raw, pos, end)
             if key >> 3 == _RAW_INPUT_FIELD:
                 if pos + n > end:
                     raise ValueError("truncated message")
@@ -123,7 +107,7 @@ def _header(resp: InferResponse) -> tuple[bytes, list[tuple[bytes, memoryview]]]
     for o in resp.outputs:
         msg.outputs.add(name=o.name, datatype=o.datatype, shape=o.shape)
         data = memoryview(o.data if o.data is not None else b"").cast("B")
-        parts.append((_RAW_OUTPUT_TAG + _encode_varint(len(data)), data))
+        parts.append((_RAW_OUTPUT_TAG + varint_bytes(len(data)), data))
     return msg.SerializeToString(), parts
 
 

@@ -19,6 +19,7 @@ from typing import Any, Final
 from protos import grpc_service_pb2 as pb
 from service.errors import ServiceError
 from service.frontend.grpc.codec import Param, apply_request_param, classification, shm_ref
+from service.frontend.grpc.varints import ONE_BYTE, read_varint, varint_bytes
 from service.types import InferRequest, InferResponse, InputTensor, RequestedOutput, ShmRef
 
 _INT64_MIN: Final = -(1 << 63)
@@ -27,20 +28,6 @@ _U64: Final = (1 << 64) - 1
 _DOUBLE: Final = struct.Struct("<d")
 # InferParameter's oneof fields by number (bool 1, int64 2, string 3, double 4, uint64 5)
 _PARAM_FIELDS: Final = ("", "bool_param", "int64_param", "string_param", "double_param", "uint64_param")
-
-
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """(value, position after it); position -1 when truncated or longer than ten bytes (protobuf's limit)."""
-    result = 0
-    shift = 0
-    while pos < end and shift < 70:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-    return 0, -1
 
 
 def _text(buf: bytes, start: int, stop: int) -> str | None:
@@ -59,7 +46,7 @@ def _int64(value: int) -> int | None:
 def _shape(buf: bytes, pos: int, stop: int, shape: list[int]) -> bool:
     """Packed int64 values buf[pos:stop] appended to shape; False if malformed."""
     while pos < stop:
-        value, pos = _varint(buf, pos, stop)
+        value, pos = read_varint(buf, pos, stop)
         if pos < 0:
             return False
         dim = _int64(value)
@@ -76,12 +63,12 @@ def _input(buf: bytes, pos: int, stop: int) -> InputTensor | None:
     shape: list[int] = []
     params: dict[str, Param] | None = None
     while pos < stop:
-        key, pos = _varint(buf, pos, stop)
+        key, pos = read_varint(buf, pos, stop)
         if pos < 0:
             return None
         field, wire = key >> 3, key & 7
         if field == 3 and wire == 0:  # an unpacked shape value (parsers must take both forms)
-            value, pos = _varint(buf, pos, stop)
+            value, pos = read_varint(buf, pos, stop)
             dim = _int64(value) if pos >= 0 else None
             if dim is None:
                 return None
@@ -89,7 +76,7 @@ def _input(buf: bytes, pos: int, stop: int) -> InputTensor | None:
             continue
         if wire != 2:
             return None
-        n, pos = _varint(buf, pos, stop)
+        n, pos = read_varint(buf, pos, stop)
         if pos < 0 or n > stop - pos:
             return None
         end = pos + n
@@ -137,10 +124,10 @@ def _output(buf: bytes, pos: int, stop: int) -> RequestedOutput | None:
     name = ""
     params: dict[str, Param] | None = None
     while pos < stop:
-        key, pos = _varint(buf, pos, stop)
+        key, pos = read_varint(buf, pos, stop)
         if pos < 0 or (key != 0x0A and key != 0x12):
             return None
-        n, pos = _varint(buf, pos, stop)
+        n, pos = read_varint(buf, pos, stop)
         if pos < 0 or n > stop - pos:
             return None
         if key == 0x0A:
@@ -167,7 +154,7 @@ def _output(buf: bytes, pos: int, stop: int) -> RequestedOutput | None:
 def _param(buf: bytes, pos: int, stop: int, which: str | None, value: Any) -> tuple[bool, str | None, Any]:
     """An InferParameter's bytes merged into (which, value): a oneof keeps the last field set. (ok, which, value)."""
     while pos < stop:
-        key, pos = _varint(buf, pos, stop)
+        key, pos = read_varint(buf, pos, stop)
         if pos < 0:
             return False, None, None
         field, wire = key >> 3, key & 7
@@ -177,7 +164,7 @@ def _param(buf: bytes, pos: int, stop: int, which: str | None, value: Any) -> tu
             which, value = "double_param", _DOUBLE.unpack_from(buf, pos)[0]
             pos += 8
         elif field == 3 and wire == 2:
-            n, pos = _varint(buf, pos, stop)
+            n, pos = read_varint(buf, pos, stop)
             if pos < 0 or n > stop - pos:
                 return False, None, None
             text = _text(buf, pos, pos + n)
@@ -186,7 +173,7 @@ def _param(buf: bytes, pos: int, stop: int, which: str | None, value: Any) -> tu
             which, value = "string_param", text
             pos += n
         elif 1 <= field <= 5 and field != 3 and field != 4 and wire == 0:
-            number, pos = _varint(buf, pos, stop)
+            number, pos = read_varint(buf, pos, stop)
             if pos < 0 or number > _U64:
                 return False, None, None
             which = _PARAM_FIELDS[field]
@@ -202,10 +189,10 @@ def _entry(buf: bytes, pos: int, stop: int, params: dict[str, Param]) -> bool:
     which: str | None = None
     value: Any = None
     while pos < stop:
-        key, pos = _varint(buf, pos, stop)
+        key, pos = read_varint(buf, pos, stop)
         if pos < 0 or (key != 0x0A and key != 0x12):
             return False
-        n, pos = _varint(buf, pos, stop)
+        n, pos = read_varint(buf, pos, stop)
         if pos < 0 or n > stop - pos:
             return False
         if key == 0x0A:
@@ -233,11 +220,11 @@ def decode_plain_request(raw: bytes) -> InferRequest | None:
     params: dict[str, Param] | None = None
     pos, end = 0, len(raw)
     while pos < end:
-        key, pos = _varint(raw, pos, end)
+        key, pos = read_varint(raw, pos, end)
         if pos < 0 or key & 7 != 2:  # every field taken here is length-delimited
             return None
         field = key >> 3
-        n, pos = _varint(raw, pos, end)
+        n, pos = read_varint(raw, pos, end)
         if pos < 0 or n > end - pos:
             return None
         stop = pos + n
@@ -297,23 +284,9 @@ def parse_small_request(raw: bytes) -> InferRequest | pb.ModelInferRequest:
     return req if req is not None else pb.ModelInferRequest.FromString(raw)
 
 
-_ONE: Final = [bytes((i,)) for i in range(256)]  # one-byte varints and tags, made once
-
-
-def _varint_bytes(value: int) -> bytes:
-    if value < 0x80:
-        return _ONE[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _field(tag: int, data: bytes) -> bytes:
     """A length-delimited field (one-byte tag)."""
-    return _ONE[tag] + _varint_bytes(len(data)) + data
+    return ONE_BYTE[tag] + varint_bytes(len(data)) + data
 
 
 def encode_plain_response(resp: InferResponse) -> bytes | None:
@@ -340,7 +313,7 @@ def encode_plain_response(resp: InferResponse) -> bytes | None:
                 for d in o.shape:
                     if not _INT64_MIN <= d < _INT64_END:
                         return None
-                    dims += _varint_bytes(d & _U64)
+                    dims += varint_bytes(d & _U64)
                 tensor += _field(0x1A, dims)
             parts.append(_field(0x2A, tensor))
     except UnicodeEncodeError:  # a lone surrogate: protobuf refuses it, with its own error
