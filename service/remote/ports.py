@@ -16,10 +16,9 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
-from service.frontend.grpc.h2.server import bind_sockets
+from service.frontend.grpc.h2.server import BACKLOG, bind_sockets
 from service.frontend.grpc.transport import adopts_sockets
-
-BACKLOG = 1024  # as a single process listens (frontend/http/server.py, h2/server.py)
+from service.frontend.http.server import listening_socket
 
 
 @dataclass
@@ -60,10 +59,9 @@ def reserve_port(address: str, port: int, shared: bool = False) -> socket.socket
 
 
 def http_port(address: str, port: int, shared: bool) -> SharedPort:
-    """One listening socket, bound as the HTTP front end of one process binds it (frontend/http/server.py);
-    OSError when the address is taken. `shared` (--reuse-http-port): other servers may listen on it too."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.create_server((address, port), family=family, backlog=BACKLOG, reuse_port=shared)
+    """One listening socket, bound as the HTTP front end of one process binds it; OSError when the address is
+    taken. `shared` (--reuse-http-port): other servers may listen on it too."""
+    sock = listening_socket(address, port, shared)
     return SharedPort(int(sock.getsockname()[1]), [sock], [sock])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -110,17 +111,15 @@ def _shm_params(params: Any, tensor: str) -> ShmRef | None:
     """A (not yet resolved) shared-memory reference from a tensor's protobuf parameters, or None."""
     if not params:
         return None
-    return shm_ref(
-        _given(params, "shared_memory_region"),
-        _given(params, "shared_memory_offset"),
-        _given(params, "shared_memory_byte_size"),
-        tensor,
-    )
+    return shm_ref(lambda key: _given(params, key), tensor)
 
 
-def shm_ref(region: Param | None, offset_p: Param | None, size_p: Param | None, tensor: str) -> ShmRef | None:
-    """A (not yet resolved) shared-memory reference from a tensor's shared_memory_* parameters (None: not given),
-    or None; both ModelInfer decoders (protobuf's and wire.py's) call it."""
+def shm_ref(given: Callable[[str], Param | None], tensor: str) -> ShmRef | None:
+    """A (not yet resolved) shared-memory reference from a tensor's shared_memory_* parameters (`given`: a
+    parameter by key, None when not given), or None; both ModelInfer decoders (protobuf's and wire.py's) call it."""
+    region = given("shared_memory_region")
+    offset_p = given("shared_memory_offset")
+    size_p = given("shared_memory_byte_size")
     if region is None:
         if offset_p is not None:
             raise invalid_arg(

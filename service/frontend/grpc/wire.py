@@ -20,7 +20,7 @@ from protos import grpc_service_pb2 as pb
 from service.errors import ServiceError
 from service.frontend.grpc.codec import Param, apply_request_param, classification, shm_ref
 from service.frontend.grpc.varints import ONE_BYTE, read_varint, varint_bytes
-from service.types import InferRequest, InferResponse, InputTensor, RequestedOutput, ShmRef
+from service.types import InferRequest, InferResponse, InputTensor, RequestedOutput
 
 _INT64_MIN: Final = -(1 << 63)
 _INT64_END: Final = 1 << 63
@@ -28,6 +28,15 @@ _U64: Final = (1 << 64) - 1
 _DOUBLE: Final = struct.Struct("<d")
 # InferParameter's oneof fields by number (bool 1, int64 2, string 3, double 4, uint64 5)
 _PARAM_FIELDS: Final = ("", "bool_param", "int64_param", "string_param", "double_param", "uint64_param")
+
+
+def _span(buf: bytes, pos: int, stop: int) -> tuple[int, int]:
+    """(start, end) of a length-delimited field's content, its length read at pos; end -1 when the length is
+    malformed or runs past stop."""
+    n, pos = read_varint(buf, pos, stop)
+    if pos < 0 or n > stop - pos:
+        return 0, -1
+    return pos, pos + n
 
 
 def _text(buf: bytes, start: int, stop: int) -> str | None:
@@ -76,10 +85,9 @@ def _input(buf: bytes, pos: int, stop: int) -> InputTensor | None:
             continue
         if wire != 2:
             return None
-        n, pos = read_varint(buf, pos, stop)
-        if pos < 0 or n > stop - pos:
+        pos, end = _span(buf, pos, stop)
+        if end < 0:
             return None
-        end = pos + n
         if field == 1:
             text = _text(buf, pos, end)
             if text is None:
@@ -104,19 +112,10 @@ def _input(buf: bytes, pos: int, stop: int) -> InputTensor | None:
     tensor = InputTensor(name, datatype, shape)
     if params is not None:
         try:
-            tensor.shm = _shm(params, name)
+            tensor.shm = shm_ref(params.get, name)
         except ServiceError:  # codec.py's error, from protobuf's path
             return None
     return tensor
-
-
-def _shm(params: dict[str, Param], tensor: str) -> ShmRef | None:
-    return shm_ref(
-        params.get("shared_memory_region"),
-        params.get("shared_memory_offset"),
-        params.get("shared_memory_byte_size"),
-        tensor,
-    )
 
 
 def _output(buf: bytes, pos: int, stop: int) -> RequestedOutput | None:
@@ -127,24 +126,24 @@ def _output(buf: bytes, pos: int, stop: int) -> RequestedOutput | None:
         key, pos = read_varint(buf, pos, stop)
         if pos < 0 or (key != 0x0A and key != 0x12):
             return None
-        n, pos = read_varint(buf, pos, stop)
-        if pos < 0 or n > stop - pos:
+        pos, end = _span(buf, pos, stop)
+        if end < 0:
             return None
         if key == 0x0A:
-            text = _text(buf, pos, pos + n)
+            text = _text(buf, pos, end)
             if text is None:
                 return None
             name = text
         else:
             if params is None:
                 params = {}
-            if not _entry(buf, pos, pos + n, params):
+            if not _entry(buf, pos, end, params):
                 return None
-        pos += n
+        pos = end
     out = RequestedOutput(name)
     if params is not None:
         try:
-            out.shm = _shm(params, name)
+            out.shm = shm_ref(params.get, name)
             classification(params.get("classification"), out)
         except ServiceError:  # codec.py's error, from protobuf's path
             return None
@@ -164,14 +163,12 @@ def _param(buf: bytes, pos: int, stop: int, which: str | None, value: Any) -> tu
             which, value = "double_param", _DOUBLE.unpack_from(buf, pos)[0]
             pos += 8
         elif field == 3 and wire == 2:
-            n, pos = read_varint(buf, pos, stop)
-            if pos < 0 or n > stop - pos:
-                return False, None, None
-            text = _text(buf, pos, pos + n)
+            pos, end = _span(buf, pos, stop)
+            text = _text(buf, pos, end) if end >= 0 else None
             if text is None:
                 return False, None, None
             which, value = "string_param", text
-            pos += n
+            pos = end
         elif 1 <= field <= 5 and field != 3 and field != 4 and wire == 0:
             number, pos = read_varint(buf, pos, stop)
             if pos < 0 or number > _U64:
@@ -192,26 +189,26 @@ def _entry(buf: bytes, pos: int, stop: int, params: dict[str, Param]) -> bool:
         key, pos = read_varint(buf, pos, stop)
         if pos < 0 or (key != 0x0A and key != 0x12):
             return False
-        n, pos = read_varint(buf, pos, stop)
-        if pos < 0 or n > stop - pos:
+        pos, end = _span(buf, pos, stop)
+        if end < 0:
             return False
         if key == 0x0A:
-            text = _text(buf, pos, pos + n)
+            text = _text(buf, pos, end)
             if text is None:
                 return False
             name = text
         else:  # a value given twice in one entry is merged, as protobuf merges a message field
-            ok, which, value = _param(buf, pos, pos + n, which, value)
+            ok, which, value = _param(buf, pos, end, which, value)
             if not ok:
                 return False
-        pos += n
+        pos = end
     params[name] = (which, value)
     return True
 
 
 def decode_plain_request(raw: bytes) -> InferRequest | None:
-    """The InferRequest of a plain ModelInferRequest (fields model_name, model_version, id, inputs with name,
-    datatype and shape, outputs with a name, and one raw_input_contents entry per input), as
+    """The InferRequest of a plain ModelInferRequest (no typed contents, no field this module does not take, no
+    parameter codec.py refuses; each input not in shared memory paired with one raw_input_contents entry), as
     codec.decode_infer_request makes it from the parsed message; None for any other message."""
     model = version = rid = ""
     inputs: list[InputTensor] = []
@@ -224,10 +221,9 @@ def decode_plain_request(raw: bytes) -> InferRequest | None:
         if pos < 0 or key & 7 != 2:  # every field taken here is length-delimited
             return None
         field = key >> 3
-        n, pos = read_varint(raw, pos, end)
-        if pos < 0 or n > end - pos:
+        pos, stop = _span(raw, pos, end)
+        if stop < 0:
             return None
-        stop = pos + n
         if field == 7:
             raws.append(raw[pos:stop])
         elif field == 5:

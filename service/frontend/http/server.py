@@ -63,6 +63,13 @@ class HttpOptions:
     sock: socket.socket | None = None
 
 
+def listening_socket(address: str, port: int, reuse_port: bool) -> socket.socket:
+    """The HTTP port's listening socket (port 0 picks one); OSError when the address is taken. One process's front
+    end binds it in start(); with front-end processes the core binds it once for all (service/remote/ports.py)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    return socket.create_server((address, port), family=family, backlog=1024, reuse_port=reuse_port)
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # SageMaker's infer route (frontend/sagemaker) subclasses it
 class HttpFrontend:
     """The route table, its handlers and the listener."""
@@ -138,11 +145,7 @@ class HttpFrontend:
     async def start(self) -> int:
         """Bind and serve; returns the bound port (port 0 picks a free one). Raises OSError when it cannot bind."""
         opts = self.options
-        sock = opts.sock
-        if sock is None:
-            family = socket.AF_INET6 if ":" in opts.address else socket.AF_INET
-            address = (opts.address, opts.port)
-            sock = socket.create_server(address, family=family, backlog=1024, reuse_port=opts.reuse_port)
+        sock = opts.sock if opts.sock is not None else listening_socket(opts.address, opts.port, opts.reuse_port)
         self._server = H1Server(self.handle)
         await self._server.start(sock, opts.ssl_context)
         self.port = int(sock.getsockname()[1])

@@ -56,6 +56,9 @@ def ssl_context(key: bytes, cert: bytes, root: bytes | None, mutual: bool) -> ss
     return ctx
 
 
+BACKLOG = 1024  # pending connections a listening socket holds (as the HTTP front end's)
+
+
 def bind_sockets(address: str, reuse_port: bool) -> list[socket.socket]:
     """Bound (not yet listening) sockets for every address the host resolves to, as grpc core listens
     ("localhost": 127.0.0.1 and ::1); with port 0 the first socket's port is taken for the others. Empty when no
@@ -171,7 +174,7 @@ class H2Server:
         loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         for sock, context in self._sockets:
-            server = await loop.create_server(lambda: H2Connection(self), sock=sock, ssl=context, backlog=1024)
+            server = await loop.create_server(lambda: H2Connection(self), sock=sock, ssl=context, backlog=BACKLOG)
             self._servers.append(server)
 
     async def stop(self, grace: float | None) -> None:
